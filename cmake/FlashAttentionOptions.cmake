@@ -1,0 +1,62 @@
+# Every build option of the guide, under its exact name, checked once here.
+# A value that cannot work fails the configure step with the option's name and
+# its valid values; an option whose feature is not built yet says so.
+
+option(ENABLE_FLASH_ATTENTION "Build the FlashAttention operator" ON)
+set(FLASH_ATTENTION_VERSION "2" CACHE STRING "FlashAttention version to build: 1, 2, 3 or all")
+set(FA_TILE_Q "128" CACHE STRING "Default Q tile (rows), a power of two from 16 to 512")
+set(FA_TILE_KV "64" CACHE STRING "Default K/V tile (rows), a power of two from 16 to 512")
+option(FA_ENABLE_ASYNC "Prefetch the next K/V tile while computing the current one" OFF)
+option(FA_SPLIT_ENABLE "Split the K/V sequence into chunks computed in parallel" OFF)
+set(FA_SPLIT_THRESHOLD "128" CACHE STRING "Smallest K/V chunk (keys) when FA_SPLIT_ENABLE=ON")
+option(FA_MIXED_PRECISION_SOFTMAX "Softmax and accumulation in fp32 for fp16/bf16 inputs" ON)
+option(ENABLE_BENCHMARK "Build the <version>_benchmark programs" ON)
+option(ENABLE_TESTS "Build the <version>_test programs and the CTest suite" ON)
+
+# Versions whose code exists.  FA1 and FA3 arrive later.
+set(FA_IMPLEMENTED_VERSIONS 2)
+
+function(fa_fail option value expected)
+  message(FATAL_ERROR "${option}=${value} is not valid: expected ${expected}")
+endfunction()
+
+# The guide's Ascend settings: say plainly that they do not apply here.
+if(DEFINED ASCEND_HOME OR DEFINED ASCEND_NPU_TYPE OR DEFINED ENV{ASCEND_NPU_TYPE})
+  message(STATUS "Ascend NPUs are not a target of this implementation; CPU targets are chosen "
+                 "automatically at run time (ASCEND_HOME / ASCEND_NPU_TYPE ignored)")
+endif()
+
+if(FLASH_ATTENTION_VERSION STREQUAL "all")
+  set(FA_VERSIONS ${FA_IMPLEMENTED_VERSIONS})
+elseif(FLASH_ATTENTION_VERSION MATCHES "^[123]$")
+  if(NOT FLASH_ATTENTION_VERSION IN_LIST FA_IMPLEMENTED_VERSIONS)
+    message(FATAL_ERROR "FLASH_ATTENTION_VERSION=${FLASH_ATTENTION_VERSION}: FlashAttention-v"
+                        "${FLASH_ATTENTION_VERSION} is not implemented yet; valid now: 2 or all")
+  endif()
+  set(FA_VERSIONS ${FLASH_ATTENTION_VERSION})
+else()
+  fa_fail(FLASH_ATTENTION_VERSION "${FLASH_ATTENTION_VERSION}" "1, 2, 3 or all")
+endif()
+
+set(FA_VALID_TILES 16 32 64 128 256 512)
+foreach(tile_option FA_TILE_Q FA_TILE_KV)
+  set(value "${${tile_option}}")
+  if(NOT value IN_LIST FA_VALID_TILES)
+    fa_fail(${tile_option} "${value}" "a power of two from 16 to 512 (16, 32, 64, 128, 256, 512)")
+  endif()
+endforeach()
+if(NOT FA_SPLIT_THRESHOLD MATCHES "^[1-9][0-9]*$")
+  fa_fail(FA_SPLIT_THRESHOLD "${FA_SPLIT_THRESHOLD}" "a positive number of keys")
+endif()
+
+if(FA_SPLIT_ENABLE)
+  message(STATUS "FA_SPLIT_ENABLE=ON: split-KV is not implemented yet; every call runs unsplit")
+endif()
+if(NOT FA_MIXED_PRECISION_SOFTMAX)
+  message(STATUS "FA_MIXED_PRECISION_SOFTMAX=OFF: the fp16 softmax is not implemented yet; "
+                 "the softmax runs in fp32")
+endif()
+
+message(STATUS "FlashAttention Version: ${FLASH_ATTENTION_VERSION} (building: ${FA_VERSIONS})")
+message(STATUS "FA Tile Config: Q=${FA_TILE_Q}, KV=${FA_TILE_KV}")
+message(STATUS "FA Async Prefetch: ${FA_ENABLE_ASYNC}")

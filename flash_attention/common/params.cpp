@@ -1,0 +1,210 @@
+// Parameter validation and the small helpers of the public API that do not
+// depend on the algorithm version.
+#include <sched.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <thread>
+
+#include "flash_attention/flash_attention.h"
+#include "tile_config.h"
+
+namespace fa {
+
+std::size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "fp32";
+    case DType::kF16: return "fp16";
+    case DType::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+std::optional<DType> parse_dtype(std::string_view name) {
+  if (name == "fp32" || name == "float32") return DType::kF32;
+  if (name == "fp16" || name == "float16") return DType::kF16;
+  if (name == "bf16" || name == "bfloat16") return DType::kBF16;
+  return std::nullopt;
+}
+
+std::string_view layout_name(Layout layout) {
+  switch (layout) {
+    case Layout::kBSH: return "BSH";
+    case Layout::kBSND: return "BSND";
+    case Layout::kBNSD: return "BNSD";
+  }
+  return "?";
+}
+
+std::optional<Layout> parse_layout(std::string_view name) {
+  if (name == "BSH" || name == "bsh") return Layout::kBSH;
+  if (name == "BSND" || name == "bsnd") return Layout::kBSND;
+  if (name == "BNSD" || name == "bnsd") return Layout::kBNSD;
+  return std::nullopt;
+}
+
+TensorView make_view(void* data, DType dtype, Layout layout, std::int64_t batch,
+                     std::int64_t heads, std::int64_t seq, std::int64_t head_dim) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.shape[0] = batch;
+  v.shape[1] = heads;
+  v.shape[2] = seq;
+  v.shape[3] = head_dim;
+  v.strides[3] = 1;
+  if (layout == Layout::kBNSD) {
+    v.strides[2] = head_dim;
+    v.strides[1] = seq * head_dim;
+    v.strides[0] = heads * seq * head_dim;
+  } else {  // BSH and BSND share their bytes
+    v.strides[1] = head_dim;
+    v.strides[2] = heads * head_dim;
+    v.strides[0] = seq * heads * head_dim;
+  }
+  return v;
+}
+
+float AttentionParams::softmax_scale() const {
+  if (scale) return *scale;
+  return head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(head_dim)) : 1.0f;
+}
+
+int default_thread_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? static_cast<int>(hw) : 1;
+}
+
+int default_tile_q() { return detail::kDefaultTileQ; }
+int default_tile_kv() { return detail::kDefaultTileKv; }
+
+std::int64_t attended_pairs(const AttentionParams& p) {
+  const std::int64_t sq = p.seq_q, skv = p.seq_kv;
+  if (p.mask) {
+    std::int64_t n = 0;
+    for (std::int64_t i = 0; i < sq; ++i) {
+      const std::int64_t limit = p.causal ? std::min(skv, std::max<std::int64_t>(0, i + skv - sq + 1)) : skv;
+      const std::int8_t* row = p.mask + i * skv;
+      for (std::int64_t j = 0; j < limit; ++j) n += row[j] != 0;
+    }
+    return n;
+  }
+  if (!p.causal) return sq * skv;
+  std::int64_t n = 0;
+  for (std::int64_t i = 0; i < sq; ++i) n += std::min(skv, std::max<std::int64_t>(0, i + skv - sq + 1));
+  return n;
+}
+
+namespace {
+
+bool is_tile_size(int t) { return t >= 16 && t <= 512 && (t & (t - 1)) == 0; }
+
+// Largest element offset a view can reach, or -1 if a stride is negative or
+// the arithmetic would overflow.
+std::int64_t max_offset(const TensorView& v) {
+  std::int64_t total = 0;
+  for (int a = 0; a < 4; ++a) {
+    if (v.strides[a] < 0) return -1;
+    if (v.shape[a] == 0) return 0;
+    const std::int64_t span = v.shape[a] - 1;
+    if (span > 0 && v.strides[a] > std::numeric_limits<std::int64_t>::max() / span) return -1;
+    total += span * v.strides[a];
+    if (total < 0) return -1;
+  }
+  return total;
+}
+
+Status check_view(const char* name, const TensorView& v, std::int64_t b, std::int64_t h,
+                  std::int64_t s, std::int64_t d, DType dtype) {
+  if (v.data == nullptr) return Status::Invalid(std::string(name) + ": data pointer is null");
+  const std::int64_t want[4] = {b, h, s, d};
+  for (int a = 0; a < 4; ++a) {
+    if (v.shape[a] != want[a]) {
+      return Status::Invalid(std::string(name) + ": shape [" + std::to_string(v.shape[0]) + ", " +
+                             std::to_string(v.shape[1]) + ", " + std::to_string(v.shape[2]) +
+                             ", " + std::to_string(v.shape[3]) + "] does not match expected [" +
+                             std::to_string(b) + ", " + std::to_string(h) + ", " +
+                             std::to_string(s) + ", " + std::to_string(d) +
+                             "] (batch, heads, seq, head_dim)");
+    }
+  }
+  if (v.dtype != dtype) {
+    return Status::Invalid(std::string(name) + ": dtype " + std::string(dtype_name(v.dtype)) +
+                           " differs from Q's dtype " + std::string(dtype_name(dtype)));
+  }
+  if (v.strides[3] != 1) {
+    return Status::Invalid(std::string(name) + ": head_dim stride must be 1 (got " +
+                           std::to_string(v.strides[3]) + ")");
+  }
+  if (max_offset(v) < 0) {
+    return Status::Invalid(std::string(name) + ": strides must be non-negative and addressable");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status validate(const AttentionParams& p, const AttentionTensors& t) {
+  auto positive = [](const char* what, std::int64_t value) -> Status {
+    if (value <= 0) {
+      return Status::Invalid(std::string(what) + " must be a positive integer (got " +
+                             std::to_string(value) + ")");
+    }
+    return Status::Ok();
+  };
+  for (auto [what, value] : {std::pair<const char*, std::int64_t>{"batch", p.batch},
+                             {"seq_q", p.seq_q},
+                             {"seq_kv", p.seq_kv},
+                             {"num_heads", p.num_heads},
+                             {"head_dim", p.head_dim}}) {
+    if (Status s = positive(what, value); !s.ok()) return s;
+  }
+  if (p.num_kv_heads < 0) {
+    return Status::Invalid("num_kv_heads must be positive, or 0 for num_heads (got " +
+                           std::to_string(p.num_kv_heads) + ")");
+  }
+  if (p.num_heads % p.kv_heads() != 0) {
+    return Status::Invalid("num_heads (" + std::to_string(p.num_heads) +
+                           ") must be divisible by num_kv_heads (" +
+                           std::to_string(p.kv_heads()) + ")");
+  }
+  if (p.head_dim % 8 != 0 || p.head_dim > kMaxHeadDim) {
+    return Status::Invalid("head_dim must be a multiple of 8 from 8 to " +
+                           std::to_string(kMaxHeadDim) + " (got " + std::to_string(p.head_dim) +
+                           ")");
+  }
+  const float scale = p.softmax_scale();
+  if (!std::isfinite(scale) || scale <= 0.0f) {
+    return Status::Invalid("scale must be a finite positive number (got " + std::to_string(scale) +
+                           ")");
+  }
+  if (p.threads < 0 || p.threads > kMaxThreads) {
+    return Status::Invalid("threads must be 0 (all cores) or a count from 1 to " +
+                           std::to_string(kMaxThreads) + " (got " +
+                           std::to_string(p.threads) + ")");
+  }
+  for (auto [what, tile] : {std::pair<const char*, int>{"tile_q", p.tile_q}, {"tile_kv", p.tile_kv}}) {
+    if (tile != 0 && !is_tile_size(tile)) {
+      return Status::Invalid(std::string(what) +
+                             " must be a power of two from 16 to 512, or 0 for the default (got " +
+                             std::to_string(tile) + ")");
+    }
+  }
+  const DType dt = t.q.dtype;
+  if (Status s = check_view("Q", t.q, p.batch, p.num_heads, p.seq_q, p.head_dim, dt); !s.ok()) return s;
+  if (Status s = check_view("K", t.k, p.batch, p.kv_heads(), p.seq_kv, p.head_dim, dt); !s.ok()) return s;
+  if (Status s = check_view("V", t.v, p.batch, p.kv_heads(), p.seq_kv, p.head_dim, dt); !s.ok()) return s;
+  if (Status s = check_view("O", t.o, p.batch, p.num_heads, p.seq_q, p.head_dim, dt); !s.ok()) return s;
+  return Status::Ok();
+}
+
+}  // namespace fa

@@ -1,0 +1,75 @@
+// Float64 reference: the textbook softmax(scale * Q Kᵀ) V, one (batch, head)
+// at a time, with a full score row in memory.  Slow and simple on purpose: it
+// is what every kernel is checked against.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "dtype_convert.h"
+#include "flash_attention/flash_attention.h"
+#include "mask.h"
+#include "thread_pool.h"
+
+namespace fa {
+
+Status reference_forward(const AttentionParams& p, const AttentionTensors& t, double* out,
+                         double* lse) {
+  // The reference never writes O, so validate against a stand-in O view.
+  AttentionTensors checked = t;
+  checked.o = make_view(out, t.q.dtype, Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
+  if (Status s = validate(p, checked); !s.ok()) return s;
+  if (out == nullptr) return Status::Invalid("reference_forward: output pointer is null");
+
+  const std::int64_t B = p.batch, H = p.num_heads, Sq = p.seq_q, Skv = p.seq_kv, D = p.head_dim;
+  const std::int64_t group = H / p.kv_heads();
+  const double scale = p.softmax_scale();
+  const int threads = p.threads > 0 ? p.threads : default_thread_count();
+
+  detail::ThreadPool::global().parallel_for(B * H, threads, [&](std::int64_t bh, int) {
+    const std::int64_t b = bh / H, h = bh % H, hk = h / group;
+    std::vector<double> k(Skv * D), v(Skv * D), q(D), s(Skv);
+    for (std::int64_t j = 0; j < Skv; ++j) {
+      for (std::int64_t d = 0; d < D; ++d) {
+        k[j * D + d] = detail::load_as_f32(t.k.data, t.k.dtype, t.k.offset(b, hk, j, d));
+        v[j * D + d] = detail::load_as_f32(t.v.data, t.v.dtype, t.v.offset(b, hk, j, d));
+      }
+    }
+    for (std::int64_t i = 0; i < Sq; ++i) {
+      for (std::int64_t d = 0; d < D; ++d) {
+        q[d] = detail::load_as_f32(t.q.data, t.q.dtype, t.q.offset(b, h, i, d));
+      }
+      double row_max = -std::numeric_limits<double>::infinity();
+      for (std::int64_t j = 0; j < Skv; ++j) {
+        if (!detail::may_attend(p, i, j)) {
+          s[j] = -std::numeric_limits<double>::infinity();
+          continue;
+        }
+        double dot = 0.0;
+        for (std::int64_t d = 0; d < D; ++d) dot += q[d] * k[j * D + d];
+        s[j] = dot * scale;
+        row_max = std::max(row_max, s[j]);
+      }
+      double* o = out + ((b * Sq + i) * H + h) * D;
+      if (row_max == -std::numeric_limits<double>::infinity()) {  // nothing to attend
+        for (std::int64_t d = 0; d < D; ++d) o[d] = 0.0;
+        if (lse) lse[(b * H + h) * Sq + i] = -std::numeric_limits<double>::infinity();
+        continue;
+      }
+      double sum = 0.0;
+      for (std::int64_t j = 0; j < Skv; ++j) {
+        s[j] = std::exp(s[j] - row_max);  // exp(-inf) = 0 for masked keys
+        sum += s[j];
+      }
+      for (std::int64_t d = 0; d < D; ++d) o[d] = 0.0;
+      for (std::int64_t j = 0; j < Skv; ++j) {
+        if (s[j] == 0.0) continue;
+        const double w = s[j] / sum;
+        for (std::int64_t d = 0; d < D; ++d) o[d] += w * v[j * D + d];
+      }
+      if (lse) lse[(b * H + h) * Sq + i] = row_max + std::log(sum);
+    }
+  });
+  return Status::Ok();
+}
+
+}  // namespace fa

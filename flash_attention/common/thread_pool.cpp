@@ -1,0 +1,90 @@
+#include "thread_pool.h"
+
+#include <algorithm>
+
+namespace fa::detail {
+namespace {
+thread_local bool t_inside_pool_task = false;
+}
+
+ThreadPool& ThreadPool::global() {
+  static ThreadPool pool;
+  return pool;
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  start_cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void ThreadPool::ensure_workers(int count) {
+  // Called with call_mutex_ held, so workers_ only grows here.
+  while (static_cast<int>(workers_.size()) < count) {
+    const int index = static_cast<int>(workers_.size()) + 1;
+    workers_.emplace_back([this, index] { worker_loop(index); });
+  }
+}
+
+void ThreadPool::drain(int worker) {
+  const bool was_inside = t_inside_pool_task;
+  t_inside_pool_task = true;
+  for (;;) {
+    const std::int64_t item = next_item_.fetch_add(1, std::memory_order_relaxed);
+    if (item >= num_items_) break;
+    fn_(context_, item, worker);
+  }
+  t_inside_pool_task = was_inside;
+}
+
+void ThreadPool::worker_loop(int index) {
+  std::uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      start_cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      if (index > active_workers_) continue;  // not needed for this job
+    }
+    drain(index);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++finished_workers_;
+    }
+    done_cv_.notify_one();
+  }
+}
+
+void ThreadPool::run(std::int64_t num_items, int threads, ItemFn fn, void* context) {
+  if (num_items <= 0) return;
+  const int helpers = static_cast<int>(std::min<std::int64_t>(std::max(threads, 1), num_items)) - 1;
+  if (helpers == 0 || t_inside_pool_task) {
+    const bool was_inside = t_inside_pool_task;
+    t_inside_pool_task = true;
+    for (std::int64_t i = 0; i < num_items; ++i) fn(context, i, 0);
+    t_inside_pool_task = was_inside;
+    return;
+  }
+  std::lock_guard<std::mutex> call_lock(call_mutex_);
+  ensure_workers(helpers);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fn_ = fn;
+    context_ = context;
+    num_items_ = num_items;
+    active_workers_ = helpers;
+    finished_workers_ = 0;
+    next_item_.store(0, std::memory_order_relaxed);
+    ++generation_;
+  }
+  start_cv_.notify_all();
+  drain(0);
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [&] { return finished_workers_ == active_workers_; });
+}
+
+}  // namespace fa::detail

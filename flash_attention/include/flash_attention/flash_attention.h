@@ -1,0 +1,155 @@
+// Public C++ API of the FlashAttention operators.
+//
+// One forward entry point per algorithm version (fa2 today), all sharing the
+// same parameter and tensor-view types, so callers and drivers switch versions
+// by switching one function.  Nothing here aborts the process: every problem
+// with the arguments comes back as a Status carrying a one-line message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace fa {
+
+// Largest head_dim the kernels accept (multiples of 8 up to this).
+inline constexpr std::int64_t kMaxHeadDim = 256;
+// Most threads one call may ask for.
+inline constexpr int kMaxThreads = 1024;
+
+// ---------------------------------------------------------------- status ---
+
+enum class StatusCode { kOk = 0, kInvalidArgument, kOutOfMemory, kUnsupported };
+
+class Status {
+ public:
+  Status() = default;
+  static Status Ok() { return {}; }
+  static Status Invalid(std::string message) {
+    return Status(StatusCode::kInvalidArgument, std::move(message));
+  }
+  static Status OutOfMemory(std::string message) {
+    return Status(StatusCode::kOutOfMemory, std::move(message));
+  }
+  static Status Unsupported(std::string message) {
+    return Status(StatusCode::kUnsupported, std::move(message));
+  }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+// ----------------------------------------------------------------- dtype ---
+
+enum class DType { kF32, kF16, kBF16 };
+
+std::size_t dtype_size(DType dtype);
+// "fp32", "fp16", "bf16": the spellings the command-line tools accept.
+std::string_view dtype_name(DType dtype);
+std::optional<DType> parse_dtype(std::string_view name);
+
+// ---------------------------------------------------------------- layout ---
+
+// Memory layouts of Q, K, V and O.  B = batch, S = sequence, N (or H) = heads,
+// D = head_dim.  BSH is the guide's [batch, seq, heads * head_dim]; BSND is
+// the same bytes seen as 4-D; BNSD puts each head's rows together.
+enum class Layout { kBSH, kBSND, kBNSD };
+
+std::string_view layout_name(Layout layout);
+std::optional<Layout> parse_layout(std::string_view name);
+
+// ----------------------------------------------------------- tensor view ---
+
+// A strided view of a 4-D tensor with logical axes [batch, heads, seq, dim].
+// Strides are in elements, not bytes.  The view does not own its memory.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  std::int64_t shape[4] = {0, 0, 0, 0};    // batch, heads, seq, dim
+  std::int64_t strides[4] = {0, 0, 0, 0};  // in elements
+
+  std::int64_t offset(std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t d) const {
+    return b * strides[0] + h * strides[1] + s * strides[2] + d * strides[3];
+  }
+};
+
+// A view of a dense buffer stored in `layout`.
+TensorView make_view(void* data, DType dtype, Layout layout, std::int64_t batch,
+                     std::int64_t heads, std::int64_t seq, std::int64_t head_dim);
+
+// ---------------------------------------------------------------- params ---
+
+struct AttentionParams {
+  std::int64_t batch = 1;
+  std::int64_t seq_q = 0;
+  std::int64_t seq_kv = 0;
+  std::int64_t num_heads = 1;
+  std::int64_t num_kv_heads = 0;  // 0 means num_heads (plain multi-head attention)
+  std::int64_t head_dim = 0;
+  std::optional<float> scale;     // default 1/sqrt(head_dim)
+
+  // Query i may attend key j when j <= i + (seq_kv - seq_q): the causal mask
+  // aligned bottom-right, as in FlashAttention 2.1 and later.
+  bool causal = false;
+  // Optional explicit mask, int8 [seq_q, seq_kv] row-major, 1 = may attend,
+  // shared by every batch and head.  Combined with `causal` by logical AND.
+  const std::int8_t* mask = nullptr;
+
+  // Threads used; 0 means every core this process may run on.
+  int threads = 0;
+  // Tile sizes (rows of Q and of K/V per block); 0 means the build's default
+  // (FA_TILE_Q / FA_TILE_KV).  Powers of two from 16 to 512.
+  int tile_q = 0;
+  int tile_kv = 0;
+
+  std::int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
+  float softmax_scale() const;
+};
+
+struct AttentionTensors {
+  TensorView q;  // [batch, num_heads,    seq_q,  head_dim]
+  TensorView k;  // [batch, num_kv_heads, seq_kv, head_dim]
+  TensorView v;  // [batch, num_kv_heads, seq_kv, head_dim]
+  TensorView o;  // [batch, num_heads,    seq_q,  head_dim], written
+  // Optional log-sum-exp of each score row (natural log, scaled scores),
+  // fp32 [batch, num_heads, seq_q] contiguous.  -inf for a fully masked row.
+  float* lse = nullptr;
+};
+
+// Checks shapes, dtypes, strides, tiles and mask against each other.
+Status validate(const AttentionParams& params, const AttentionTensors& tensors);
+
+// Bytes of scratch memory an fa2_forward call allocates for `threads` threads.
+std::size_t fa2_workspace_bytes(const AttentionParams& params, int threads);
+
+// Number of (query, key) pairs that may attend, per (batch, head).
+std::int64_t attended_pairs(const AttentionParams& params);
+
+// Threads a call with params.threads == 0 uses: the cores this process may run on.
+int default_thread_count();
+
+// --------------------------------------------------------- entry points ---
+
+// FlashAttention-2 forward: O = softmax(scale * Q Kᵀ + mask) V.
+Status fa2_forward(const AttentionParams& params, const AttentionTensors& tensors);
+
+// Float64 reference forward (straightforward softmax(QKᵀ)V with float64
+// arithmetic).  `out` receives [batch, seq_q, num_heads, head_dim] (the BSH
+// order) and `lse` (optional) [batch, num_heads, seq_q].  The output view in
+// `tensors.o` is ignored.
+Status reference_forward(const AttentionParams& params, const AttentionTensors& tensors,
+                         double* out, double* lse);
+
+// Tile sizes this build uses when AttentionParams leaves them 0.
+int default_tile_q();
+int default_tile_kv();
+
+}  // namespace fa

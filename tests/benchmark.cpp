@@ -1,0 +1,336 @@
+// <version>_benchmark: runs the forward pass on the guide's command line,
+// times it, and prints the lines the guide's scripts parse:
+//   Latency: <median ms> ms / Throughput: <x> TFLOPS / Peak Memory: <MB> MB
+//   (and with --check) Max Abs Error: <e>
+// Exit status: 0 success, 1 --check failed, 2 bad input.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "../flash_attention/common/dtype_convert.h"
+#include "driver/cli_args.h"
+#include "driver/host_tensor.h"
+#include "driver/version_entry.h"
+
+namespace {
+
+using fa::cli::Args;
+using fa::cli::FlagKind;
+using fa::cli::UsageError;
+
+std::vector<fa::cli::FlagSpec> flag_table() {
+  using K = FlagKind;
+  return {
+      {"input-q", K::kString, "PATH", "Q input file, raw dtype values in --layout (default: random)"},
+      {"input-k", K::kString, "PATH", "K input file (given together with --input-q and --input-v)"},
+      {"input-v", K::kString, "PATH", "V input file"},
+      {"causal-mask", K::kString, "PATH", "int8 mask file [seq_q, seq_kv], 1 = may attend"},
+      {"batch-size", K::kInt, "N", "batch size (default 2)"},
+      {"seq-q", K::kInt, "N", "query sequence length (default 512)"},
+      {"seq-kv", K::kInt, "N", "key/value sequence length (default: --seq-q)"},
+      {"num-heads", K::kInt, "N", "query heads (default 12)"},
+      {"num-kv-heads", K::kInt, "N", "key/value heads for GQA/MQA, divides --num-heads (default: --num-heads)"},
+      {"head-dim", K::kInt, "N", "head dimension, a multiple of 8 up to 256 (default 64)"},
+      {"dtype", K::kString, "fp16|bf16|fp32", "data type of Q, K, V and O (default fp16)"},
+      {"layout", K::kString, "BSH|BSND|BNSD", "memory layout of the inputs (default BSH)"},
+      {"causal", K::kBool, "", "causal mask aligned bottom-right, no mask file needed"},
+      {"scale", K::kFloat, "X", "softmax scale (default 1/sqrt(head_dim))"},
+      {"num-runs", K::kInt, "N", "timed runs; the median is reported (default 10)"},
+      {"warmup-runs", K::kInt, "N", "untimed runs before timing (default 2)"},
+      {"tile-q", K::kInt, "N", "Q tile rows, a power of two from 16 to 512 (default: FA_TILE_Q)"},
+      {"tile-kv", K::kInt, "N", "K/V tile rows, a power of two from 16 to 512 (default: FA_TILE_KV)"},
+      {"threads", K::kInt, "N", "threads (default: every core this process may use)"},
+      {"seed", K::kInt, "N", "seed of the random inputs used when no input files are given (default 1)"},
+      {"output", K::kString, "PATH", "write O as [batch, seq_q, heads*head_dim] in --dtype"},
+      {"check", K::kBool, "", "compare O with the float64 reference; exit 1 when out of tolerance"},
+      {"json", K::kBool, "", "print one JSON object instead of text lines"},
+      {"help", K::kBool, "", "print this help"},
+  };
+}
+
+struct Options {
+  fa::AttentionParams params;
+  fa::DType dtype = fa::DType::kF16;
+  fa::Layout layout = fa::Layout::kBSH;
+  std::string input_q, input_k, input_v, mask_path, output;
+  int num_runs = 10, warmup_runs = 2;
+  std::uint64_t seed = 1;
+  bool check = false, json = false;
+};
+
+Options read_options(const Args& a) {
+  Options o;
+  constexpr std::int64_t kBig = std::int64_t{1} << 31;
+  fa::AttentionParams& p = o.params;
+  p.batch = a.integer("batch-size", 2, 1, kBig);
+  p.seq_q = a.integer("seq-q", 512, 1, kBig);
+  p.seq_kv = a.integer("seq-kv", p.seq_q, 1, kBig);
+  p.num_heads = a.integer("num-heads", 12, 1, 65536);
+  p.num_kv_heads = a.integer("num-kv-heads", p.num_heads, 1, 65536);
+  p.head_dim = a.integer("head-dim", 64, 1, 1 << 20);
+  if (p.head_dim % 8 != 0 || p.head_dim > fa::kMaxHeadDim) {
+    throw UsageError("--head-dim: " + std::to_string(p.head_dim) + " is not valid (expected a multiple of 8 from 8 to " +
+                     std::to_string(fa::kMaxHeadDim) + ")");
+  }
+  if (p.num_heads % p.num_kv_heads != 0) {
+    throw UsageError("--num-kv-heads: " + std::to_string(p.num_kv_heads) + " does not divide --num-heads=" +
+                     std::to_string(p.num_heads) + " (expected a divisor of the query heads)");
+  }
+  const std::string dtype = a.str("dtype", "fp16");
+  auto dt = fa::parse_dtype(dtype);
+  if (!dt) throw UsageError("--dtype: unknown dtype '" + dtype + "' (expected fp16, bf16 or fp32)");
+  o.dtype = *dt;
+  const std::string layout = a.str("layout", "BSH");
+  auto lt = fa::parse_layout(layout);
+  if (!lt) throw UsageError("--layout: unknown layout '" + layout + "' (expected BSH, BSND or BNSD)");
+  o.layout = *lt;
+  p.causal = a.flag("causal");
+  if (a.has("scale")) {
+    const double s = a.real("scale", 0.0);
+    if (!(s > 0.0) || s > 3.0e38) throw UsageError("--scale: expected a positive finite number");
+    p.scale = static_cast<float>(s);
+  }
+  o.num_runs = static_cast<int>(a.integer("num-runs", 10, 1, 1000000));
+  o.warmup_runs = static_cast<int>(a.integer("warmup-runs", 2, 0, 1000000));
+  for (const char* flag : {"tile-q", "tile-kv"}) {
+    if (!a.has(flag)) continue;
+    const std::int64_t t = a.integer(flag, 0, 0, 1 << 20);
+    if (t < 16 || t > 512 || (t & (t - 1)) != 0) {
+      throw UsageError(std::string("--") + flag + ": " + std::to_string(t) +
+                       " is not a valid tile (expected a power of two from 16 to 512)");
+    }
+    (std::string(flag) == "tile-q" ? p.tile_q : p.tile_kv) = static_cast<int>(t);
+  }
+  p.threads = static_cast<int>(a.integer("threads", 0, 1, fa::kMaxThreads));
+  o.seed = static_cast<std::uint64_t>(a.integer("seed", 1, 0, std::numeric_limits<std::int64_t>::max()));
+  o.input_q = a.str("input-q");
+  o.input_k = a.str("input-k");
+  o.input_v = a.str("input-v");
+  const int given = !o.input_q.empty() + !o.input_k.empty() + !o.input_v.empty();
+  if (given != 0 && given != 3) {
+    throw UsageError("--input-q, --input-k and --input-v must be given together (got " + std::to_string(given) +
+                     " of 3)");
+  }
+  o.mask_path = a.str("causal-mask");
+  o.output = a.str("output");
+  o.check = a.flag("check");
+  o.json = a.flag("json");
+  return o;
+}
+
+// True when `mask` is exactly the bottom-right causal pattern: then the
+// kernel can run in causal mode and skip the tiles above the diagonal.
+bool is_causal_pattern(const std::int8_t* mask, std::int64_t sq, std::int64_t skv) {
+  for (std::int64_t i = 0; i < sq; ++i) {
+    const std::int64_t end = std::clamp<std::int64_t>(i + skv - sq + 1, 0, skv);
+    for (std::int64_t j = 0; j < skv; ++j) {
+      if ((mask[i * skv + j] != 0) != (j < end)) return false;
+    }
+  }
+  return true;
+}
+
+std::string shape_text(std::int64_t b, std::int64_t s, std::int64_t h, std::int64_t d, fa::DType dt,
+                       fa::Layout layout) {
+  return "[batch=" + std::to_string(b) + ", seq=" + std::to_string(s) + ", heads=" + std::to_string(h) +
+         ", head_dim=" + std::to_string(d) + "] " + std::string(fa::dtype_name(dt)) + " in " +
+         std::string(fa::layout_name(layout));
+}
+
+int run(int argc, char** argv) {
+  Args args(std::string(fa::cli::kVersionTag) + "_benchmark", flag_table());
+  args.parse(argc, argv);
+  if (args.flag("help")) {
+    std::cout << fa::cli::kVersionTitle << " forward benchmark\n" << args.help_text();
+    return 0;
+  }
+  Options o = read_options(args);
+  fa::AttentionParams& p = o.params;
+  const std::int64_t B = p.batch, Sq = p.seq_q, Skv = p.seq_kv, H = p.num_heads, Hkv = p.kv_heads(),
+                     D = p.head_dim;
+  const std::size_t es = fa::dtype_size(o.dtype);
+  const std::size_t q_bytes = fa::cli::checked_product({B, Sq, H, D, std::int64_t(es)}, "Q");
+  const std::size_t kv_bytes = fa::cli::checked_product({B, Skv, Hkv, D, std::int64_t(es)}, "K/V");
+  const std::size_t mask_bytes = o.mask_path.empty() ? 0 : fa::cli::checked_product({Sq, Skv}, "mask");
+  const std::size_t lse_bytes = fa::cli::checked_product({B, H, Sq, 4}, "LSE");
+  const int threads = p.threads > 0 ? p.threads : fa::default_thread_count();
+  const std::size_t workspace = fa::cli::version_workspace_bytes(p, threads);
+  const std::size_t set_bytes = 2 * q_bytes + 2 * kv_bytes;  // Q, K, V, O
+  // Several copies of the inputs when they would fit in cache, so the timed
+  // runs read memory the way a real model's call would, not a warm cache.
+  const int sets = static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / std::max<std::size_t>(set_bytes, 1), 1, 8));
+  std::size_t total = set_bytes * sets + mask_bytes + lse_bytes + workspace;
+  if (o.check) total += fa::cli::checked_product({B, Sq, H, D, 8}, "reference") + lse_bytes * 2 +
+                        std::size_t(threads) * (Skv * D * 16 + Skv * 8 + D * 8);
+  fa::cli::check_fits_in_memory(total, "this shape");
+
+  // Inputs: files, or random normal values.
+  const std::string q_what = shape_text(B, Sq, H, D, o.dtype, o.layout);
+  const std::string kv_what = shape_text(B, Skv, Hkv, D, o.dtype, o.layout);
+  std::vector<fa::cli::HostBuffer> qs, ks, vs, os;
+  if (!o.input_q.empty()) {
+    qs.push_back(fa::cli::read_exact(o.input_q, q_bytes, "input-q", q_what));
+    ks.push_back(fa::cli::read_exact(o.input_k, kv_bytes, "input-k", kv_what));
+    vs.push_back(fa::cli::read_exact(o.input_v, kv_bytes, "input-v", kv_what));
+  } else {
+    qs.emplace_back(q_bytes);
+    ks.emplace_back(kv_bytes);
+    vs.emplace_back(kv_bytes);
+    fa::cli::fill_normal(qs[0].data(), o.dtype, B * Sq * H * D, o.seed * 3 + 0, 1.0);
+    fa::cli::fill_normal(ks[0].data(), o.dtype, B * Skv * Hkv * D, o.seed * 3 + 1, 1.0);
+    fa::cli::fill_normal(vs[0].data(), o.dtype, B * Skv * Hkv * D, o.seed * 3 + 2, 1.0);
+  }
+  fa::cli::HostBuffer mask;
+  std::string mask_note = p.causal ? "causal" : "none";
+  if (!o.mask_path.empty()) {
+    mask = fa::cli::read_exact(o.mask_path, mask_bytes, "causal-mask",
+                               "an int8 mask [seq_q=" + std::to_string(Sq) + ", seq_kv=" + std::to_string(Skv) + "]");
+    const auto* m = static_cast<const std::int8_t*>(mask.data());
+    if (is_causal_pattern(m, Sq, Skv)) {
+      p.causal = true;  // same pairs attend; the kernel skips masked tiles
+      mask_note = "file (causal pattern, run as causal)";
+    } else {
+      p.mask = m;
+      mask_note = p.causal ? "file AND causal" : "file";
+    }
+  }
+  for (int s = 1; s < sets; ++s) {
+    for (auto* list : {&qs, &ks, &vs}) {
+      fa::cli::HostBuffer copy((*list)[0].bytes());
+      std::copy_n(static_cast<const char*>((*list)[0].data()), copy.bytes(), static_cast<char*>(copy.data()));
+      list->push_back(std::move(copy));
+    }
+  }
+  for (int s = 0; s < sets; ++s) os.emplace_back(q_bytes);
+  std::vector<float> lse(static_cast<std::size_t>(B * H * Sq));
+
+  auto tensors_for = [&](int s) {
+    fa::AttentionTensors t;
+    t.q = fa::make_view(qs[s].data(), o.dtype, o.layout, B, H, Sq, D);
+    t.k = fa::make_view(ks[s].data(), o.dtype, o.layout, B, Hkv, Skv, D);
+    t.v = fa::make_view(vs[s].data(), o.dtype, o.layout, B, Hkv, Skv, D);
+    t.o = fa::make_view(os[s].data(), o.dtype, fa::Layout::kBSH, B, H, Sq, D);  // --output is always BSH
+    t.lse = lse.data();
+    return t;
+  };
+
+  // Run 0 always uses set 0, whose output is written and checked.
+  std::vector<double> times_ms;
+  const int total_runs = o.warmup_runs + o.num_runs;
+  for (int r = 0; r < total_runs; ++r) {
+    const fa::AttentionTensors t = tensors_for(r % sets);
+    const auto start = std::chrono::steady_clock::now();
+    const fa::Status status = fa::cli::kForward(p, t);
+    const auto stop = std::chrono::steady_clock::now();
+    if (!status.ok()) throw UsageError(status.message());
+    if (r >= o.warmup_runs) times_ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+  }
+  std::vector<double> sorted = times_ms;
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t n = sorted.size();
+  const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+  const double flops = 4.0 * double(B) * double(H) * double(D) * double(fa::attended_pairs(p));
+  const double tflops = median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0;
+  const double peak_mb = double(set_bytes + mask_bytes + lse_bytes + workspace) / double(1 << 20);
+
+  // Check set 0's output against the float64 reference.
+  double max_abs = 0.0, rel_l2 = 0.0;
+  std::int64_t nonfinite = 0;
+  bool check_pass = true;
+  if (o.check) {
+    std::vector<double> ref(static_cast<std::size_t>(B * Sq * H * D));
+    const fa::AttentionTensors t = tensors_for(0);
+    if (fa::Status s = fa::reference_forward(p, t, ref.data(), nullptr); !s.ok()) throw UsageError(s.message());
+    double err2 = 0.0, ref2 = 0.0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      const double got = fa::detail::load_as_f32(os[0].data(), o.dtype, static_cast<std::int64_t>(i));
+      if (!std::isfinite(got)) {
+        ++nonfinite;
+        continue;
+      }
+      const double e = std::abs(got - ref[i]);
+      max_abs = std::max(max_abs, e);
+      err2 += e * e;
+      ref2 += ref[i] * ref[i];
+    }
+    rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+    check_pass = nonfinite == 0 && rel_l2 <= fa::cli::rel_l2_bound(o.dtype);
+  }
+  if (!o.output.empty()) fa::cli::write_atomic(o.output, os[0].data(), q_bytes, "output");
+
+  const int used_threads = static_cast<int>(std::min<std::int64_t>(
+      threads, B * H * ((Sq + (p.tile_q ? p.tile_q : fa::default_tile_q()) - 1) /
+                        (p.tile_q ? p.tile_q : fa::default_tile_q()))));
+  const int tq = p.tile_q ? p.tile_q : fa::default_tile_q();
+  const int tkv = p.tile_kv ? p.tile_kv : fa::default_tile_kv();
+  char line[512];
+  if (o.json) {
+    std::snprintf(line, sizeof line,
+                  "{\"version\": \"%s\", \"batch\": %lld, \"seq_q\": %lld, \"seq_kv\": %lld, \"num_heads\": %lld, "
+                  "\"num_kv_heads\": %lld, \"head_dim\": %lld, \"dtype\": \"%s\", \"layout\": \"%s\", "
+                  "\"causal\": %s, \"mask\": %s, \"tile_q\": %d, \"tile_kv\": %d, \"threads\": %d, "
+                  "\"kernel\": \"generic\", ",
+                  fa::cli::kVersionTag, (long long)B, (long long)Sq, (long long)Skv, (long long)H, (long long)Hkv,
+                  (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(),
+                  std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
+                  p.mask ? "true" : "false", tq, tkv, used_threads);
+    std::cout << line;
+    std::snprintf(line, sizeof line,
+                  "\"latency_ms\": %.6f, \"latency_min_ms\": %.6f, \"latency_max_ms\": %.6f, \"runs\": %d, "
+                  "\"flops\": %.6e, \"throughput_tflops\": %.6f, \"peak_memory_mb\": %.3f",
+                  median, sorted.front(), sorted.back(), o.num_runs, flops, tflops, peak_mb);
+    std::cout << line;
+    if (o.check) {
+      std::snprintf(line, sizeof line,
+                    ", \"max_abs_error\": %.6e, \"rel_l2_error\": %.6e, \"nonfinite\": %lld, \"check\": \"%s\"",
+                    max_abs, rel_l2, (long long)nonfinite, check_pass ? "PASS" : "FAIL");
+      std::cout << line;
+    }
+    std::cout << "}\n";
+  } else {
+    std::cout << fa::cli::kVersionTitle << " benchmark (" << fa::cli::kVersionTag << ")\n";
+    std::cout << "Config: batch=" << B << " seq_q=" << Sq << " seq_kv=" << Skv << " heads=" << H
+              << " kv_heads=" << Hkv << " head_dim=" << D << " dtype=" << fa::dtype_name(o.dtype)
+              << " layout=" << fa::layout_name(o.layout) << " mask=" << mask_note
+              << " scale=" << p.softmax_scale() << "\n";
+    std::cout << "Tile: Q=" << tq << " KV=" << tkv << "  Threads: " << used_threads << "  Input sets: " << sets
+              << "\n";
+    std::cout << "Kernel: generic\n";
+    std::snprintf(line, sizeof line, "Latency: %.4f ms (min %.4f, max %.4f over %d runs)\n", median,
+                  sorted.front(), sorted.back(), o.num_runs);
+    std::cout << line;
+    std::snprintf(line, sizeof line, "Throughput: %.5f TFLOPS\n", tflops);
+    std::cout << line;
+    std::snprintf(line, sizeof line, "Peak Memory: %.2f MB\n", peak_mb);
+    std::cout << line;
+    if (o.check) {
+      std::snprintf(line, sizeof line, "Max Abs Error: %.6e\nRelative L2 Error: %.6e (bound %.0e)\n", max_abs,
+                    rel_l2, fa::cli::rel_l2_bound(o.dtype));
+      std::cout << line;
+      if (nonfinite) std::cout << "Non-finite outputs: " << nonfinite << "\n";
+      std::cout << "Check: " << (check_pass ? "PASS" : "FAIL") << "\n";
+    }
+    if (!o.output.empty()) std::cout << "Output saved to: " << o.output << "\n";
+  }
+  return check_pass ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory; use a smaller shape\n";
+    return 2;
+  }
+}

@@ -1,0 +1,140 @@
+// <version>_test: a matrix of correctness cases against the float64
+// reference (dtypes, layouts, masks, GQA, odd and unequal lengths, tiles,
+// thread counts, head dims), one line per case and a final
+// "N passed, N failed" line.  Exit status 0 only when every case passes.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "driver/attention_case.h"
+#include "driver/cli_args.h"
+#include "driver/version_entry.h"
+
+namespace {
+
+using fa::DType;
+using fa::Layout;
+using fa::cli::CaseSpec;
+using fa::cli::MaskMode;
+
+struct Shape {
+  std::int64_t batch, seq_q, seq_kv, heads, kv_heads, head_dim;
+};
+
+CaseSpec make_case(DType dtype, Layout layout, MaskMode mask, Shape s, int tile_q, int tile_kv, int threads) {
+  CaseSpec c;
+  c.dtype = dtype;
+  c.layout = layout;
+  c.mask = mask;
+  c.params.batch = s.batch;
+  c.params.seq_q = s.seq_q;
+  c.params.seq_kv = s.seq_kv;
+  c.params.num_heads = s.heads;
+  c.params.num_kv_heads = s.kv_heads;
+  c.params.head_dim = s.head_dim;
+  c.params.tile_q = tile_q;
+  c.params.tile_kv = tile_kv;
+  c.params.threads = threads;
+  return c;
+}
+
+std::vector<CaseSpec> build_matrix(DType dtype, bool quick) {
+  std::vector<CaseSpec> cases;
+  const Shape odd{2, 77, 77, 4, 2, 40};
+  const MaskMode all_masks[] = {MaskMode::kNone, MaskMode::kCausal, MaskMode::kExplicit,
+                                MaskMode::kCausalAndExplicit};
+  // Every layout with every mask mode, on an odd shape with small tiles.
+  for (Layout layout : {Layout::kBSH, Layout::kBSND, Layout::kBNSD}) {
+    for (MaskMode mask : all_masks) {
+      if (quick && layout == Layout::kBSND) continue;
+      cases.push_back(make_case(dtype, layout, mask, odd, 32, 16, 2));
+    }
+  }
+  // seq_q != seq_kv in both directions, and decoding (one query row).
+  for (Shape s : {Shape{1, 33, 130, 2, 2, 64}, Shape{1, 130, 33, 2, 2, 64}, Shape{2, 1, 300, 4, 4, 64},
+                  Shape{1, 5, 517, 3, 1, 32}}) {
+    for (MaskMode mask : {MaskMode::kNone, MaskMode::kCausal}) {
+      cases.push_back(make_case(dtype, Layout::kBSH, mask, s, 64, 32, 2));
+    }
+  }
+  // GQA and MQA.
+  for (Shape s : {Shape{1, 96, 96, 8, 1, 64}, Shape{2, 50, 70, 6, 3, 48}}) {
+    cases.push_back(make_case(dtype, Layout::kBNSD, MaskMode::kCausal, s, 32, 32, 2));
+  }
+  // Head dims from 8 to 256.
+  for (std::int64_t d : {8, 24, 128, 256}) {
+    if (quick && d == 24) continue;
+    cases.push_back(make_case(dtype, Layout::kBSH, MaskMode::kCausal, Shape{1, 70, 90, 2, 2, d}, 32, 32, 2));
+  }
+  if (!quick) {
+    // Tile shapes, including tiles larger than the sequence.
+    for (auto [tq, tkv] : {std::pair{16, 16}, {64, 32}, {128, 64}, {256, 128}, {512, 512}, {16, 512}}) {
+      cases.push_back(make_case(dtype, Layout::kBSH, MaskMode::kCausal, Shape{1, 200, 200, 2, 2, 64}, tq, tkv, 2));
+    }
+    // Thread counts: serial, odd, more threads than cores and than work items.
+    for (int threads : {1, 3, 8, 64}) {
+      cases.push_back(make_case(dtype, Layout::kBSH, MaskMode::kCausal, Shape{2, 150, 150, 3, 3, 32}, 32, 32, threads));
+    }
+    // Build defaults (tile 0 = FA_TILE_Q x FA_TILE_KV, threads 0 = all cores).
+    cases.push_back(make_case(dtype, Layout::kBSH, MaskMode::kCausal, Shape{1, 300, 300, 2, 2, 64}, 0, 0, 0));
+  }
+  // Large logits (scores with a standard deviation of about 16).
+  CaseSpec large = make_case(dtype, Layout::kBSH, MaskMode::kCausal, Shape{1, 64, 64, 2, 2, 64}, 32, 32, 2);
+  large.input_scale = 4.0;
+  cases.push_back(large);
+  return cases;
+}
+
+int run(int argc, char** argv) {
+  fa::cli::Args args(std::string(fa::cli::kVersionTag) + "_test",
+                     {{"quick", fa::cli::FlagKind::kBool, "", "run a subset (under 30 s)"},
+                      {"dtype", fa::cli::FlagKind::kString, "fp16|bf16|fp32", "only cases of this dtype"},
+                      {"seed", fa::cli::FlagKind::kInt, "N", "seed of the random inputs (default 1)"},
+                      {"help", fa::cli::FlagKind::kBool, "", "print this help"}});
+  args.parse(argc, argv);
+  if (args.flag("help")) {
+    std::cout << fa::cli::kVersionTitle << " correctness tests against the float64 reference\n"
+              << args.help_text();
+    return 0;
+  }
+  std::vector<DType> dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+  if (args.has("dtype")) {
+    auto dt = fa::parse_dtype(args.str("dtype"));
+    if (!dt) throw fa::cli::UsageError("--dtype: unknown dtype '" + args.str("dtype") + "' (expected fp16, bf16 or fp32)");
+    dtypes = {*dt};
+  }
+  const bool quick = args.flag("quick");
+  const std::uint64_t seed = static_cast<std::uint64_t>(args.integer("seed", 1, 0, std::int64_t{1} << 62));
+
+  int passed = 0, failed = 0;
+  std::uint64_t case_seed = seed * 1000;
+  for (DType dtype : dtypes) {
+    for (CaseSpec c : build_matrix(dtype, quick)) {
+      c.seed = ++case_seed;
+      const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
+      const bool ok = r.status.ok() && r.passed;
+      (ok ? passed : failed)++;
+      std::printf("[%s] %s", ok ? "PASS" : "FAIL", fa::cli::describe(c).c_str());
+      if (!r.status.ok()) {
+        std::printf("  error: %s\n", r.status.message().c_str());
+      } else {
+        std::printf("  rel_l2=%.2e (bound %.0e) max_abs=%.2e lse_err=%.1e nonfinite=%lld\n", r.rel_l2_error,
+                    fa::cli::rel_l2_bound(dtype), r.max_abs_error, r.lse_max_error, (long long)r.nonfinite);
+      }
+      std::fflush(stdout);
+    }
+  }
+  std::printf("%d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const fa::cli::UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+}

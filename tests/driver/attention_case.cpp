@@ -1,0 +1,127 @@
+#include "attention_case.h"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "../../flash_attention/common/dtype_convert.h"
+#include "host_tensor.h"
+
+namespace fa::cli {
+
+std::string mask_mode_name(MaskMode mode) {
+  switch (mode) {
+    case MaskMode::kNone: return "none";
+    case MaskMode::kCausal: return "causal";
+    case MaskMode::kExplicit: return "mask";
+    case MaskMode::kCausalAndExplicit: return "causal+mask";
+  }
+  return "?";
+}
+
+double rel_l2_bound(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 1e-5;
+    case DType::kF16: return 2e-3;
+    case DType::kBF16: return 1e-2;
+  }
+  return 0.0;
+}
+
+std::string describe(const CaseSpec& s) {
+  const AttentionParams& p = s.params;
+  std::ostringstream out;
+  out << dtype_name(s.dtype) << " " << layout_name(s.layout) << " " << mask_mode_name(s.mask)
+      << " B=" << p.batch << " Sq=" << p.seq_q << " Skv=" << p.seq_kv << " H=" << p.num_heads
+      << " Hkv=" << p.kv_heads() << " D=" << p.head_dim << " tile=" << (p.tile_q ? p.tile_q : default_tile_q())
+      << "x" << (p.tile_kv ? p.tile_kv : default_tile_kv()) << " threads=" << p.threads;
+  if (s.input_scale != 1.0) out << " input_scale=" << s.input_scale;
+  return out.str();
+}
+
+CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
+  AttentionParams p = spec.params;
+  const std::int64_t B = p.batch, H = p.num_heads, Hkv = p.kv_heads(), Sq = p.seq_q, Skv = p.seq_kv,
+                     D = p.head_dim;
+  const std::size_t es = dtype_size(spec.dtype);
+  HostBuffer q(B * H * Sq * D * es), k(B * Hkv * Skv * D * es), v(B * Hkv * Skv * D * es),
+      o(B * H * Sq * D * es);
+  fill_normal(q.data(), spec.dtype, B * H * Sq * D, spec.seed * 4 + 0, spec.input_scale);
+  fill_normal(k.data(), spec.dtype, B * Hkv * Skv * D, spec.seed * 4 + 1, spec.input_scale);
+  fill_normal(v.data(), spec.dtype, B * Hkv * Skv * D, spec.seed * 4 + 2, 1.0);
+  // O starts as NaN so an element the kernel forgets to write shows up.
+  for (std::int64_t i = 0; i < B * H * Sq * D; ++i) {
+    detail::store_from_f32(o.data(), spec.dtype, i, std::numeric_limits<float>::quiet_NaN());
+  }
+
+  std::vector<std::int8_t> mask;
+  p.causal = spec.mask == MaskMode::kCausal || spec.mask == MaskMode::kCausalAndExplicit;
+  if (spec.mask == MaskMode::kExplicit || spec.mask == MaskMode::kCausalAndExplicit) {
+    // Random 80% density, plus whole rows masked out to exercise the -inf row.
+    NormalRng rng(spec.seed * 4 + 3);
+    mask.resize(static_cast<std::size_t>(Sq * Skv));
+    for (std::int64_t i = 0; i < Sq; ++i) {
+      const bool dead_row = i % 7 == 3;
+      for (std::int64_t j = 0; j < Skv; ++j) {
+        mask[i * Skv + j] = (!dead_row && rng.next_uniform() < 0.8) ? 1 : 0;
+      }
+    }
+    p.mask = mask.data();
+  }
+
+  AttentionTensors t;
+  t.q = make_view(q.data(), spec.dtype, spec.layout, B, H, Sq, D);
+  t.k = make_view(k.data(), spec.dtype, spec.layout, B, Hkv, Skv, D);
+  t.v = make_view(v.data(), spec.dtype, spec.layout, B, Hkv, Skv, D);
+  t.o = make_view(o.data(), spec.dtype, spec.layout, B, H, Sq, D);
+  std::vector<float> lse(static_cast<std::size_t>(B * H * Sq), std::numeric_limits<float>::quiet_NaN());
+  t.lse = lse.data();
+
+  CaseResult r;
+  r.status = forward(p, t);
+  if (!r.status.ok()) return r;
+
+  std::vector<double> ref(static_cast<std::size_t>(B * Sq * H * D)), ref_lse(static_cast<std::size_t>(B * H * Sq));
+  if (Status s = reference_forward(p, t, ref.data(), ref_lse.data()); !s.ok()) {
+    r.status = s;
+    return r;
+  }
+
+  double err2 = 0.0, ref2 = 0.0;
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t h = 0; h < H; ++h) {
+      for (std::int64_t i = 0; i < Sq; ++i) {
+        for (std::int64_t d = 0; d < D; ++d) {
+          const double got = detail::load_as_f32(o.data(), spec.dtype, t.o.offset(b, h, i, d));
+          const double want = ref[((b * Sq + i) * H + h) * D + d];
+          if (!std::isfinite(got)) {
+            ++r.nonfinite;
+            continue;
+          }
+          const double e = std::abs(got - want);
+          r.max_abs_error = std::max(r.max_abs_error, e);
+          err2 += e * e;
+          ref2 += want * want;
+        }
+      }
+    }
+  }
+  r.rel_l2_error = ref2 > 0.0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  for (std::size_t i = 0; i < lse.size(); ++i) {
+    const double want = ref_lse[i], got = lse[i];
+    if (std::isinf(want) && want < 0) {
+      if (!(std::isinf(got) && got < 0)) r.lse_max_error = std::numeric_limits<double>::infinity();
+      continue;
+    }
+    if (!std::isfinite(got)) {
+      ++r.nonfinite;
+      continue;
+    }
+    r.lse_max_error = std::max(r.lse_max_error, std::abs(got - want) / (1.0 + std::abs(want)));
+  }
+  r.passed = r.nonfinite == 0 && r.rel_l2_error <= rel_l2_bound(spec.dtype) && r.lse_max_error <= kLseBound;
+  return r;
+}
+
+}  // namespace fa::cli

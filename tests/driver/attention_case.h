@@ -1,0 +1,45 @@
+// One correctness case: random inputs of a given shape and options, the
+// operator under test, the float64 reference, and the error between them.
+// Shared by the <version>_test drivers and the GoogleTest suite.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "flash_attention/flash_attention.h"
+
+namespace fa::cli {
+
+enum class MaskMode { kNone, kCausal, kExplicit, kCausalAndExplicit };
+
+std::string mask_mode_name(MaskMode mode);
+
+using ForwardFn = Status (*)(const AttentionParams&, const AttentionTensors&);
+
+struct CaseSpec {
+  AttentionParams params;  // shape, scale, threads, tiles (mask/causal set from `mask`)
+  DType dtype = DType::kF32;
+  Layout layout = Layout::kBSH;
+  MaskMode mask = MaskMode::kNone;
+  std::uint64_t seed = 1;
+  double input_scale = 1.0;  // std-dev of Q and K entries (large values -> large logits)
+};
+
+struct CaseResult {
+  Status status;               // from the operator under test
+  double max_abs_error = 0.0;  // against the float64 reference, over O
+  double rel_l2_error = 0.0;   // ||O - ref|| / ||ref|| (absolute L2 when ref is all zeros)
+  std::int64_t nonfinite = 0;  // NaN or Inf in O or in a finite-expected LSE entry
+  double lse_max_error = 0.0;  // relative to 1 + |lse_ref|; mismatched -inf counts as +inf
+  bool passed = false;
+};
+
+// Relative L2 bound per dtype: 1e-5 fp32, 2e-3 fp16, 1e-2 bf16.
+double rel_l2_bound(DType dtype);
+inline constexpr double kLseBound = 1e-4;
+
+std::string describe(const CaseSpec& spec);
+
+CaseResult run_case(const CaseSpec& spec, ForwardFn forward);
+
+}  // namespace fa::cli

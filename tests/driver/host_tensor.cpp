@@ -1,0 +1,146 @@
+#include "host_tensor.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <new>
+
+#include "../../flash_attention/common/dtype_convert.h"
+#include "cli_args.h"
+
+namespace fa::cli {
+
+void HostBuffer::Free::operator()(void* p) const { std::free(p); }
+
+HostBuffer::HostBuffer(std::size_t bytes) : bytes_(bytes) {
+  const std::size_t rounded = ((bytes + 63) / 64) * 64;
+  void* p = std::aligned_alloc(64, rounded > 0 ? rounded : 64);
+  if (!p) throw std::bad_alloc();
+  data_.reset(p);
+}
+
+std::uint64_t NormalRng::next_bits() {  // splitmix64
+  std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+double NormalRng::next_uniform() { return static_cast<double>(next_bits() >> 11) * 0x1.0p-53; }
+
+double NormalRng::next() {
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
+  double u1 = next_uniform();
+  const double u2 = next_uniform();
+  if (u1 < 1e-300) u1 = 1e-300;
+  const double r = std::sqrt(-2.0 * std::log(u1));
+  spare_ = r * std::sin(2.0 * M_PI * u2);
+  has_spare_ = true;
+  return r * std::cos(2.0 * M_PI * u2);
+}
+
+void fill_normal(void* data, DType dtype, std::int64_t count, std::uint64_t seed, double scale) {
+  NormalRng rng(seed);
+  for (std::int64_t i = 0; i < count; ++i) {
+    detail::store_from_f32(data, dtype, i, static_cast<float>(rng.next() * scale));
+  }
+}
+
+HostBuffer read_exact(const std::string& path, std::size_t bytes, const std::string& flag,
+                      const std::string& what) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) {
+    throw UsageError("--" + flag + ": cannot open '" + path + "': " + std::strerror(errno));
+  }
+  const std::streamoff size = in.tellg();
+  if (size < 0 || static_cast<std::size_t>(size) != bytes) {
+    throw UsageError("--" + flag + ": '" + path + "' has " + std::to_string(size) +
+                     " bytes, expected " + std::to_string(bytes) + " for " + what);
+  }
+  HostBuffer buf(bytes);
+  in.seekg(0);
+  if (!in.read(static_cast<char*>(buf.data()), static_cast<std::streamsize>(bytes))) {
+    throw UsageError("--" + flag + ": could not read " + std::to_string(bytes) + " bytes from '" + path + "'");
+  }
+  return buf;
+}
+
+void write_atomic(const std::string& path, const void* data, std::size_t bytes, const std::string& flag) {
+  struct stat st;
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (exists && !S_ISREG(st.st_mode)) {  // /dev/null, a pipe, a terminal: nothing to leave behind
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) throw UsageError("--" + flag + ": cannot open '" + path + "': " + std::strerror(errno));
+    const bool ok = std::fwrite(data, 1, bytes, f) == bytes;
+    if (std::fclose(f) != 0 || !ok) throw UsageError("--" + flag + ": write to '" + path + "' failed");
+    return;
+  }
+  std::string tmp = path + ".partial.XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) {
+    throw UsageError("--" + flag + ": cannot create a file beside '" + path + "': " + std::strerror(errno));
+  }
+  const char* p = static_cast<const char*>(data);
+  std::size_t left = bytes;
+  bool ok = true;
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ok = false;
+      break;
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  if (::fchmod(fd, 0644) != 0) ok = false;
+  if (::close(fd) != 0) ok = false;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw UsageError("--" + flag + ": could not write '" + path + "': " + reason);
+  }
+}
+
+std::size_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::size_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+void check_fits_in_memory(std::size_t bytes, const std::string& what) {
+  const std::size_t avail = available_memory_bytes();
+  if (avail != 0 && bytes > avail) {
+    throw UsageError(what + " needs " + std::to_string(bytes >> 20) + " MB but only " +
+                     std::to_string(avail >> 20) + " MB of memory is available; use a smaller shape");
+  }
+}
+
+std::size_t checked_product(std::initializer_list<std::int64_t> factors, const std::string& what) {
+  std::size_t total = 1;
+  for (std::int64_t f : factors) {
+    if (f < 0) throw UsageError(what + ": negative size");
+    if (f != 0 && total > std::numeric_limits<std::size_t>::max() / static_cast<std::size_t>(f)) {
+      throw UsageError(what + ": size overflows 64 bits; use a smaller shape");
+    }
+    total *= static_cast<std::size_t>(f);
+  }
+  return total;
+}
+
+}  // namespace fa::cli
