@@ -12,6 +12,13 @@
 #include <string>
 #include <string_view>
 
+// Symbols of the shared libraries' public API; everything else is hidden.
+#if defined(__GNUC__)
+#define FA_API __attribute__((visibility("default")))
+#else
+#define FA_API
+#endif
+
 namespace fa {
 
 // Largest head_dim the kernels accept (multiples of 8 up to this).
@@ -51,10 +58,10 @@ class Status {
 
 enum class DType { kF32, kF16, kBF16 };
 
-std::size_t dtype_size(DType dtype);
+FA_API std::size_t dtype_size(DType dtype);
 // "fp32", "fp16", "bf16": the spellings the command-line tools accept.
-std::string_view dtype_name(DType dtype);
-std::optional<DType> parse_dtype(std::string_view name);
+FA_API std::string_view dtype_name(DType dtype);
+FA_API std::optional<DType> parse_dtype(std::string_view name);
 
 // ---------------------------------------------------------------- layout ---
 
@@ -63,8 +70,8 @@ std::optional<DType> parse_dtype(std::string_view name);
 // the same bytes seen as 4-D; BNSD puts each head's rows together.
 enum class Layout { kBSH, kBSND, kBNSD };
 
-std::string_view layout_name(Layout layout);
-std::optional<Layout> parse_layout(std::string_view name);
+FA_API std::string_view layout_name(Layout layout);
+FA_API std::optional<Layout> parse_layout(std::string_view name);
 
 // ----------------------------------------------------------- tensor view ---
 
@@ -82,12 +89,12 @@ struct TensorView {
 };
 
 // A view of a dense buffer stored in `layout`.
-TensorView make_view(void* data, DType dtype, Layout layout, std::int64_t batch,
+FA_API TensorView make_view(void* data, DType dtype, Layout layout, std::int64_t batch,
                      std::int64_t heads, std::int64_t seq, std::int64_t head_dim);
 
 // ---------------------------------------------------------------- params ---
 
-struct AttentionParams {
+struct FA_API AttentionParams {
   std::int64_t batch = 1;
   std::int64_t seq_q = 0;
   std::int64_t seq_kv = 0;
@@ -125,31 +132,31 @@ struct AttentionTensors {
 };
 
 // Checks shapes, dtypes, strides, tiles and mask against each other.
-Status validate(const AttentionParams& params, const AttentionTensors& tensors);
+FA_API Status validate(const AttentionParams& params, const AttentionTensors& tensors);
 
 // Bytes of scratch memory an fa2_forward call allocates for `threads` threads.
-std::size_t fa2_workspace_bytes(const AttentionParams& params, int threads);
+FA_API std::size_t fa2_workspace_bytes(const AttentionParams& params, int threads);
 
 // Number of (query, key) pairs that may attend, per (batch, head).
-std::int64_t attended_pairs(const AttentionParams& params);
+FA_API std::int64_t attended_pairs(const AttentionParams& params);
 
 // Threads a call with params.threads == 0 uses: the cores this process may run on.
-int default_thread_count();
+FA_API int default_thread_count();
 
 // --------------------------------------------------------- entry points ---
 
 // FlashAttention-2 forward: O = softmax(scale * Q Kᵀ + mask) V.
-Status fa2_forward(const AttentionParams& params, const AttentionTensors& tensors);
+FA_API Status fa2_forward(const AttentionParams& params, const AttentionTensors& tensors);
 
 // Float64 reference forward (straightforward softmax(QKᵀ)V with float64
 // arithmetic).  `out` receives [batch, seq_q, num_heads, head_dim] (the BSH
 // order) and `lse` (optional) [batch, num_heads, seq_q].  The output view in
 // `tensors.o` is ignored.
-Status reference_forward(const AttentionParams& params, const AttentionTensors& tensors,
+FA_API Status reference_forward(const AttentionParams& params, const AttentionTensors& tensors,
                          double* out, double* lse);
 
 // Tile sizes this build uses when AttentionParams leaves them 0.
-int default_tile_q();
-int default_tile_kv();
+FA_API int default_tile_q();
+FA_API int default_tile_kv();
 
 }  // namespace fa

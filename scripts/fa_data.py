@@ -1,0 +1,177 @@
+"""Shared helpers of the data scripts: dtypes (bf16 via uint16), config.txt,
+the causal mask rule, atomic file writes, and the float64 reference.
+
+Kept free of everything but NumPy and the standard library.
+"""
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+# dtype spellings: the command-line name, the guide's config.txt name (NumPy's
+# __name__), bytes per element.
+DTYPES = {
+    "fp16": ("float16", 2),
+    "bf16": ("bfloat16", 2),
+    "fp32": ("float32", 4),
+}
+CONFIG_NAMES = {v[0]: k for k, v in DTYPES.items()}
+LAYOUTS = ("BSH", "BSND", "BNSD")
+
+
+class InputError(Exception):
+    """Bad input: reported as one line, exit status 2."""
+
+
+def fail_input(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_dtype(name):
+    if name in DTYPES:
+        return name
+    if name in CONFIG_NAMES:
+        return CONFIG_NAMES[name]
+    raise InputError(f"unknown dtype '{name}' (expected fp16, bf16 or fp32)")
+
+
+def f32_to_bf16_bits(x):
+    """float32 array -> uint16 bf16 bits, round to nearest even, NaN kept NaN."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    quiet = ((u >> 16) | 0x0040).astype(np.uint16)
+    return np.where(nan, quiet, rounded)
+
+
+def bf16_bits_to_f32(bits):
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def to_storage(x_f32, dtype):
+    """float32 values -> array whose bytes are the dtype's storage."""
+    if dtype == "fp32":
+        return x_f32.astype(np.float32)
+    if dtype == "fp16":
+        return x_f32.astype(np.float16)
+    return f32_to_bf16_bits(x_f32)
+
+
+def from_storage(raw_bytes_array, dtype):
+    """1-D array read with storage_numpy_dtype(dtype) -> float64 values."""
+    if dtype == "bf16":
+        return bf16_bits_to_f32(raw_bytes_array).astype(np.float64)
+    return raw_bytes_array.astype(np.float64)
+
+
+def storage_numpy_dtype(dtype):
+    return {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}[dtype]
+
+
+def causal_mask(seq_q, seq_kv):
+    """int8 [seq_q, seq_kv], 1 where query i may attend key j: j <= i + (seq_kv - seq_q).
+
+    Aligned bottom-right (FlashAttention 2.1 and later); equal to np.tril when
+    seq_q == seq_kv.  A query row with no key to attend is all zeros.
+    """
+    i = np.arange(seq_q)[:, None]
+    j = np.arange(seq_kv)[None, :]
+    return (j <= i + (seq_kv - seq_q)).astype(np.int8)
+
+
+def write_atomic(path, data_bytes):
+    """Write a whole file or nothing: temp file beside it, then rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".partial-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data_bytes)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_config(path):
+    """config.txt (key=value lines) -> dict with typed shape entries."""
+    if not os.path.isfile(path):
+        raise InputError(f"config file '{path}' not found (expected config.txt beside the inputs, "
+                         "as written by gen_fa2_test_data.py; or pass --config)")
+    cfg = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if "=" not in line:
+                raise InputError(f"{path}: line '{line}' is not key=value")
+            key, value = line.split("=", 1)
+            cfg[key.strip()] = value.strip()
+    out = {}
+    for key in ("batch_size", "seq_len_q", "seq_len_kv", "num_heads", "head_dim"):
+        if key not in cfg:
+            raise InputError(f"{path}: missing {key}")
+        try:
+            out[key] = int(cfg[key])
+        except ValueError:
+            raise InputError(f"{path}: {key}={cfg[key]} is not an integer") from None
+        if out[key] <= 0:
+            raise InputError(f"{path}: {key} must be positive (got {out[key]})")
+    out["num_kv_heads"] = int(cfg.get("num_kv_heads", out["num_heads"]))
+    if out["num_kv_heads"] <= 0 or out["num_heads"] % out["num_kv_heads"]:
+        raise InputError(f"{path}: num_kv_heads={out['num_kv_heads']} must divide num_heads={out['num_heads']}")
+    out["dtype"] = parse_dtype(cfg.get("dtype", "float16"))
+    out["causal"] = cfg.get("causal", "true").lower() in ("1", "true", "yes", "on")
+    out["layout"] = cfg.get("layout", "BSH").upper()
+    if out["layout"] not in LAYOUTS:
+        raise InputError(f"{path}: layout={out['layout']} (expected one of {', '.join(LAYOUTS)})")
+    return out
+
+
+def load_tensor(path, dtype, count, what):
+    """Reads exactly `count` elements of `dtype` from `path` as float64."""
+    if not os.path.isfile(path):
+        raise InputError(f"{what}: file '{path}' not found")
+    size = os.path.getsize(path)
+    expected = count * DTYPES[dtype][1]
+    if size != expected:
+        raise InputError(f"{what}: '{path}' has {size} bytes, expected {expected} "
+                         f"({count} {dtype} elements)")
+    return from_storage(np.fromfile(path, dtype=storage_numpy_dtype(dtype)), dtype)
+
+
+def to_bnsd(x, batch, seq, heads, head_dim, layout):
+    """Flat array in `layout` -> [batch, heads, seq, head_dim] view."""
+    if layout == "BNSD":
+        return x.reshape(batch, heads, seq, head_dim)
+    return x.reshape(batch, seq, heads, head_dim).transpose(0, 2, 1, 3)
+
+
+def reference_attention(q, k, v, mask=None, scale=None):
+    """float64 softmax(scale Q K^T + mask) V.
+
+    q: [B, H, Sq, D]; k, v: [B, Hkv, Skv, D]; mask: bool [Sq, Skv] or None
+    (True = may attend).  Returns [B, H, Sq, D]; a row with nothing to attend
+    is 0.  One (batch, head) at a time keeps memory at one score matrix.
+    """
+    batch, heads, seq_q, head_dim = q.shape
+    group = heads // k.shape[1]
+    if scale is None:
+        scale = head_dim ** -0.5
+    out = np.zeros_like(q, dtype=np.float64)
+    for b in range(batch):
+        for h in range(heads):
+            s = (q[b, h] @ k[b, h // group].T) * scale
+            if mask is not None:
+                s = np.where(mask, s, -np.inf)
+            m = s.max(axis=1, keepdims=True)
+            alive = np.isfinite(m)
+            p = np.exp(s - np.where(alive, m, 0.0))
+            denom = p.sum(axis=1, keepdims=True)
+            p = np.where(alive, p / np.where(denom > 0, denom, 1.0), 0.0)
+            out[b, h] = p @ v[b, h // group]
+    return out

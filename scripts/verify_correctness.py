@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Compare an operator output with a float64 reference (the guide's section 4.3).
+
+  verify_correctness.py [OUTPUT [Q [K [V]]]] [--config PATH] [--mask PATH] [--tolerance X]
+
+Shapes, dtype, layout and causality come from config.txt beside the Q file
+(written by gen_fa2_test_data.py), never from constants.  The mask used is
+input_causal_mask.bin beside Q when config.txt says causal=true (or --mask);
+the reference is NumPy in float64.  If PyTorch is importable its
+scaled_dot_product_attention, also in float64, is compared with the NumPy
+reference as a second opinion.  OUTPUT is [batch, seq_q, heads * head_dim].
+
+Exit status: 0 PASS, 1 FAIL, 2 bad input.
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np  # noqa: E402
+
+import fa_data  # noqa: E402
+
+# Default max-abs tolerance per dtype: the guide's 1e-2 for fp16; bf16 keeps
+# 8 mantissa bits, so its output rounding alone reaches ~4e-3 near 1.
+DEFAULT_TOLERANCE = {"fp16": 1e-2, "bf16": 2e-2, "fp32": 1e-4}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):
+        fa_data.fail_input(message)
+
+
+def torch_second_opinion(q, k, v, mask, scale):
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    if not hasattr(F, "scaled_dot_product_attention"):
+        return None
+    group = q.shape[1] // k.shape[1]
+    tq = torch.from_numpy(q)
+    tk = torch.from_numpy(np.repeat(k, group, axis=1))
+    tv = torch.from_numpy(np.repeat(v, group, axis=1))
+    bias = None
+    if mask is not None:
+        bias = torch.from_numpy(np.where(mask, 0.0, -np.inf))
+    out = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=bias, scale=scale).numpy()
+    return np.nan_to_num(out, nan=0.0)  # torch gives NaN for fully masked rows; we define them as 0
+
+
+def verify(output_path, q_path, k_path, v_path, config_path=None, mask_path=None, tolerance=None):
+    cfg = fa_data.read_config(config_path or os.path.join(os.path.dirname(os.path.abspath(q_path)), "config.txt"))
+    b, sq, skv = cfg["batch_size"], cfg["seq_len_q"], cfg["seq_len_kv"]
+    h, hkv, d, dtype, layout = cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"], cfg["dtype"], cfg["layout"]
+    tolerance = DEFAULT_TOLERANCE[dtype] if tolerance is None else tolerance
+
+    print("Loading data...")
+    out = fa_data.load_tensor(output_path, dtype, b * sq * h * d, "output").reshape(b, sq, h * d)
+    q = fa_data.to_bnsd(fa_data.load_tensor(q_path, dtype, b * sq * h * d, "Q"), b, sq, h, d, layout)
+    k = fa_data.to_bnsd(fa_data.load_tensor(k_path, dtype, b * skv * hkv * d, "K"), b, skv, hkv, d, layout)
+    v = fa_data.to_bnsd(fa_data.load_tensor(v_path, dtype, b * skv * hkv * d, "V"), b, skv, hkv, d, layout)
+    mask = None
+    if mask_path is None and cfg["causal"]:
+        beside = os.path.join(os.path.dirname(os.path.abspath(q_path)), "input_causal_mask.bin")
+        mask_path = beside if os.path.isfile(beside) else None
+        if mask_path is None:
+            mask = fa_data.causal_mask(sq, skv).astype(bool)
+    if mask_path is not None:
+        if not os.path.isfile(mask_path):
+            raise fa_data.InputError(f"mask: file '{mask_path}' not found")
+        raw = np.fromfile(mask_path, dtype=np.int8)
+        if raw.size != sq * skv:
+            raise fa_data.InputError(f"mask: '{mask_path}' has {raw.size} bytes, expected {sq * skv} "
+                                     f"for [seq_q={sq}, seq_kv={skv}] int8")
+        mask = raw.reshape(sq, skv) != 0
+
+    print("Computing reference (NumPy, float64)...")
+    ref = fa_data.reference_attention(q, k, v, mask)
+    second = torch_second_opinion(q, k, v, mask, d ** -0.5)
+    ref_bsh = ref.transpose(0, 2, 1, 3).reshape(b, sq, h * d)
+
+    print("Comparing results...")
+    finite = np.isfinite(out)
+    nonfinite = int((~finite).sum())
+    diff = np.where(finite, np.abs(out - ref_bsh), np.inf)
+    max_abs = float(diff.max())
+    mean_abs = float(np.where(finite, diff, 0).mean()) if nonfinite == 0 else float("inf")
+    rel_l2 = float(np.sqrt(np.sum(np.where(finite, out - ref_bsh, 0) ** 2) / max(np.sum(ref_bsh ** 2), 1e-300)))
+    passed = nonfinite == 0 and max_abs < tolerance
+
+    line = "=" * 50
+    print(f"\n{line}")
+    print(f"  Max Absolute Difference: {max_abs:.6f}")
+    print(f"  Mean Absolute Difference: {mean_abs:.6f}")
+    print(f"  Relative L2 Error:       {rel_l2:.3e}")
+    print(f"  Tolerance:               {tolerance}")
+    if nonfinite:
+        print(f"  Non-finite outputs:      {nonfinite}")
+    print(f"  Status: {'PASS' if passed else 'FAIL'}")
+    print(line)
+    within = int((diff < tolerance).sum())
+    print(f"  Elements within tolerance: {within}/{diff.size} ({100.0 * within / diff.size:.2f}%)")
+    if second is not None:
+        agree = float(np.abs(second - ref).max())
+        print(f"  PyTorch float64 reference agrees with NumPy to {agree:.2e}")
+    else:
+        print("  PyTorch not importable: NumPy reference only")
+    return passed
+
+
+def main(argv=None):
+    p = OneLineParser(description="Compare an attention output with a float64 reference.")
+    p.add_argument("output", nargs="?", default="./output_attention.bin")
+    p.add_argument("q", nargs="?", default="../../test_data/input_Q.bin")
+    p.add_argument("k", nargs="?", default="../../test_data/input_K.bin")
+    p.add_argument("v", nargs="?", default="../../test_data/input_V.bin")
+    p.add_argument("--config", default=None, help="config.txt (default: beside Q)")
+    p.add_argument("--mask", default=None, help="int8 mask [seq_q, seq_kv] (default: input_causal_mask.bin beside Q "
+                                                "when config.txt says causal=true)")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="max absolute difference allowed (default: 1e-2 fp16, 2e-2 bf16, 1e-4 fp32)")
+    a = p.parse_args(argv)
+    if a.tolerance is not None and not (a.tolerance > 0 and np.isfinite(a.tolerance)):
+        fa_data.fail_input(f"--tolerance: expected a positive number (got {a.tolerance})")
+    try:
+        ok = verify(a.output, a.q, a.k, a.v, a.config, a.mask, a.tolerance)
+    except fa_data.InputError as e:
+        fa_data.fail_input(str(e))
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

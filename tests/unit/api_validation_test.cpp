@@ -1,0 +1,119 @@
+// Bad arguments come back as a Status with a message; nothing aborts.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "driver/version_entry.h"
+#include "flash_attention/flash_attention.h"
+
+namespace {
+
+class ApiValidation : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    p.batch = 1;
+    p.seq_q = 16;
+    p.seq_kv = 16;
+    p.num_heads = 2;
+    p.head_dim = 16;
+    rebuild();
+  }
+  void rebuild() {
+    const std::int64_t hkv = p.kv_heads() > 0 ? p.kv_heads() : 1;
+    q.assign(p.batch * p.num_heads * p.seq_q * p.head_dim, 0.5f);
+    kv.assign(p.batch * hkv * p.seq_kv * p.head_dim, 0.25f);
+    o.assign(q.size(), 0.0f);
+    t.q = fa::make_view(q.data(), fa::DType::kF32, fa::Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
+    t.k = fa::make_view(kv.data(), fa::DType::kF32, fa::Layout::kBSH, p.batch, hkv, p.seq_kv, p.head_dim);
+    t.v = t.k;
+    t.o = fa::make_view(o.data(), fa::DType::kF32, fa::Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
+  }
+  void expect_invalid(const std::string& fragment) {
+    const fa::Status s = fa::cli::kForward(p, t);
+    EXPECT_FALSE(s.ok());
+    EXPECT_EQ(s.code(), fa::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find(fragment), std::string::npos) << s.message();
+    EXPECT_EQ(s.message().find('\n'), std::string::npos) << "one line: " << s.message();
+  }
+  fa::AttentionParams p;
+  fa::AttentionTensors t;
+  std::vector<float> q, kv, o;
+};
+
+TEST_F(ApiValidation, AcceptsTheBaseline) { EXPECT_TRUE(fa::cli::kForward(p, t).ok()); }
+
+TEST_F(ApiValidation, HeadDimNotMultipleOfEight) {
+  p.head_dim = 12;
+  rebuild();
+  expect_invalid("head_dim must be a multiple of 8");
+}
+
+TEST_F(ApiValidation, HeadDimTooLarge) {
+  p.head_dim = 264;
+  rebuild();
+  expect_invalid("head_dim");
+}
+
+TEST_F(ApiValidation, HeadsNotDivisibleByKvHeads) {
+  p.num_heads = 3;
+  p.num_kv_heads = 2;
+  rebuild();
+  expect_invalid("divisible by num_kv_heads");
+}
+
+TEST_F(ApiValidation, NonPositiveSizes) {
+  p.seq_q = 0;
+  expect_invalid("seq_q must be a positive integer");
+  p.seq_q = 16;
+  p.batch = -1;
+  expect_invalid("batch must be a positive integer");
+}
+
+TEST_F(ApiValidation, TileNotPowerOfTwo) {
+  p.tile_q = 100;
+  expect_invalid("tile_q must be a power of two");
+  p.tile_q = 0;
+  p.tile_kv = 1024;
+  expect_invalid("tile_kv must be a power of two");
+}
+
+TEST_F(ApiValidation, BadScaleAndThreads) {
+  p.scale = -1.0f;
+  expect_invalid("scale");
+  p.scale.reset();
+  p.threads = -3;
+  expect_invalid("threads");
+}
+
+TEST_F(ApiValidation, NullPointerAndShapeMismatch) {
+  t.k.data = nullptr;
+  expect_invalid("K: data pointer is null");
+  rebuild();
+  t.v.shape[2] = 15;
+  expect_invalid("V: shape");
+}
+
+TEST_F(ApiValidation, MixedDtypesAndStrides) {
+  t.v.dtype = fa::DType::kF16;
+  expect_invalid("V: dtype fp16 differs");
+  rebuild();
+  t.q.strides[3] = 2;
+  expect_invalid("head_dim stride must be 1");
+  rebuild();
+  t.q.strides[2] = -5;
+  expect_invalid("strides must be non-negative");
+}
+
+TEST(ApiNames, ParseAndPrintRoundTrip) {
+  for (fa::DType d : {fa::DType::kF32, fa::DType::kF16, fa::DType::kBF16}) {
+    EXPECT_EQ(fa::parse_dtype(fa::dtype_name(d)), d);
+  }
+  for (fa::Layout l : {fa::Layout::kBSH, fa::Layout::kBSND, fa::Layout::kBNSD}) {
+    EXPECT_EQ(fa::parse_layout(fa::layout_name(l)), l);
+  }
+  EXPECT_FALSE(fa::parse_dtype("fp8").has_value());
+  EXPECT_FALSE(fa::parse_layout("TND").has_value());
+}
+
+}  // namespace

@@ -1,0 +1,184 @@
+// Property tests: the forward pass of this build's version against the
+// float64 reference on random shapes and options, plus the edge cases every
+// kernel must get exactly right (rows with nothing to attend, huge logits,
+// thread-count independence).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "driver/attention_case.h"
+#include "driver/host_tensor.h"
+#include "driver/version_entry.h"
+#include "common/dtype_convert.h"
+
+namespace {
+
+using fa::DType;
+using fa::Layout;
+using fa::cli::CaseSpec;
+using fa::cli::MaskMode;
+
+CaseSpec random_case(DType dtype, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  CaseSpec c;
+  c.dtype = dtype;
+  c.seed = seed;
+  c.layout = static_cast<Layout>(pick(0, 2));
+  c.mask = static_cast<MaskMode>(pick(0, 3));
+  fa::AttentionParams& p = c.params;
+  p.batch = pick(1, 3);
+  p.seq_q = pick(1, 200);
+  p.seq_kv = pick(0, 3) == 0 ? p.seq_q : pick(1, 200);
+  const int heads[] = {1, 2, 4, 6};
+  p.num_heads = heads[pick(0, 3)];
+  do {
+    p.num_kv_heads = pick(1, static_cast<int>(p.num_heads));
+  } while (p.num_heads % p.num_kv_heads != 0);
+  p.head_dim = 8 * pick(1, 32);
+  p.tile_q = 16 << pick(0, 4);
+  p.tile_kv = 16 << pick(0, 4);
+  p.threads = pick(1, 4);
+  if (pick(0, 4) == 0) p.scale = 0.05f + 0.2f * static_cast<float>(pick(0, 10));
+  return c;
+}
+
+class RandomShapes : public ::testing::TestWithParam<std::tuple<DType, int>> {};
+
+TEST_P(RandomShapes, MatchesFloat64Reference) {
+  const auto [dtype, index] = GetParam();
+  const CaseSpec c = random_case(dtype, 1000u + static_cast<std::uint32_t>(index) * 7919u +
+                                            static_cast<std::uint32_t>(dtype) * 104729u);
+  const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
+  ASSERT_TRUE(r.status.ok()) << r.status.message();
+  EXPECT_EQ(r.nonfinite, 0) << fa::cli::describe(c);
+  EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(dtype)) << fa::cli::describe(c);
+  EXPECT_LE(r.lse_max_error, fa::cli::kLseBound) << fa::cli::describe(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, RandomShapes,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+                                            ::testing::Range(0, 30)),
+                         [](const auto& info) {
+                           return std::string(fa::dtype_name(std::get<0>(info.param))) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// A direct call with chosen inputs; returns O as float and the LSE.
+struct ForwardRun {
+  std::vector<float> out, lse;
+};
+
+ForwardRun run_forward(fa::AttentionParams p, DType dtype, std::vector<float> q, std::vector<float> k,
+                std::vector<float> v) {
+  const std::size_t es = fa::dtype_size(dtype);
+  fa::cli::HostBuffer qb(q.size() * es), kb(k.size() * es), vb(v.size() * es), ob(q.size() * es);
+  for (std::size_t i = 0; i < q.size(); ++i) fa::detail::store_from_f32(qb.data(), dtype, i, q[i]);
+  for (std::size_t i = 0; i < k.size(); ++i) fa::detail::store_from_f32(kb.data(), dtype, i, k[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) fa::detail::store_from_f32(vb.data(), dtype, i, v[i]);
+  fa::AttentionTensors t;
+  t.q = fa::make_view(qb.data(), dtype, Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
+  t.k = fa::make_view(kb.data(), dtype, Layout::kBSH, p.batch, p.kv_heads(), p.seq_kv, p.head_dim);
+  t.v = fa::make_view(vb.data(), dtype, Layout::kBSH, p.batch, p.kv_heads(), p.seq_kv, p.head_dim);
+  t.o = fa::make_view(ob.data(), dtype, Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
+  ForwardRun r;
+  r.lse.assign(static_cast<std::size_t>(p.batch * p.num_heads * p.seq_q), 0.0f);
+  t.lse = r.lse.data();
+  const fa::Status s = fa::cli::kForward(p, t);
+  EXPECT_TRUE(s.ok()) << s.message();
+  r.out.resize(q.size());
+  for (std::size_t i = 0; i < q.size(); ++i) r.out[i] = fa::detail::load_as_f32(ob.data(), dtype, i);
+  return r;
+}
+
+std::vector<float> normal(std::size_t n, std::uint64_t seed, double scale) {
+  std::vector<float> x(n);
+  fa::cli::NormalRng rng(seed);
+  for (auto& e : x) e = static_cast<float>(rng.next() * scale);
+  return x;
+}
+
+class EdgeCases : public ::testing::TestWithParam<DType> {};
+
+TEST_P(EdgeCases, FullyMaskedRowsAreZeroWithMinusInfLse) {
+  fa::AttentionParams p;
+  p.seq_q = 70;
+  p.seq_kv = 40;
+  p.num_heads = 2;
+  p.head_dim = 32;
+  p.tile_q = 16;
+  p.tile_kv = 16;
+  std::vector<std::int8_t> mask(p.seq_q * p.seq_kv, 1);
+  for (std::int64_t j = 0; j < p.seq_kv; ++j) mask[65 * p.seq_kv + j] = 0;  // row 65: explicit, all masked
+  p.mask = mask.data();
+  p.causal = true;  // rows 0..29 see no key (seq_q > seq_kv, bottom-right)
+  const std::size_t nq = p.seq_q * p.num_heads * p.head_dim, nkv = p.seq_kv * p.num_heads * p.head_dim;
+  const ForwardRun r = run_forward(p, GetParam(), normal(nq, 1, 1), normal(nkv, 2, 1), normal(nkv, 3, 1));
+  for (std::int64_t i = 0; i < p.seq_q; ++i) {
+    const bool dead = i < 30 || i == 65;
+    for (std::int64_t h = 0; h < p.num_heads; ++h) {
+      const float lse = r.lse[h * p.seq_q + i];
+      for (std::int64_t d = 0; d < p.head_dim; ++d) {
+        const float o = r.out[(i * p.num_heads + h) * p.head_dim + d];
+        ASSERT_FALSE(std::isnan(o)) << "row " << i;
+        if (dead) {
+          ASSERT_EQ(o, 0.0f) << "row " << i;
+        }
+      }
+      if (dead) {
+        EXPECT_EQ(lse, -std::numeric_limits<float>::infinity()) << "row " << i;
+      } else {
+        EXPECT_TRUE(std::isfinite(lse)) << "row " << i;
+      }
+    }
+  }
+}
+
+TEST_P(EdgeCases, HugeLogitsStayFinite) {
+  // Q and K entries of about 100 give logits of order 1e4 and more: exp
+  // without the max subtraction would overflow fp16 (and fp32) at once.
+  fa::AttentionParams p;
+  p.seq_q = 64;
+  p.seq_kv = 96;
+  p.num_heads = 2;
+  p.head_dim = 64;
+  p.tile_kv = 32;
+  const std::size_t nq = p.seq_q * p.num_heads * p.head_dim, nkv = p.seq_kv * p.num_heads * p.head_dim;
+  const auto v = normal(nkv, 6, 1);
+  const ForwardRun r = run_forward(p, GetParam(), normal(nq, 4, 100), normal(nkv, 5, 100), v);
+  float vmax = 0;
+  for (float x : v) vmax = std::max(vmax, std::abs(x));
+  for (float o : r.out) {
+    ASSERT_TRUE(std::isfinite(o));
+    ASSERT_LE(std::abs(o), vmax * 1.01f);  // a convex combination of V rows
+  }
+  for (float l : r.lse) ASSERT_TRUE(std::isfinite(l));
+}
+
+TEST_P(EdgeCases, ResultDoesNotDependOnThreadCount) {
+  fa::AttentionParams p;
+  p.batch = 2;
+  p.seq_q = 150;
+  p.seq_kv = 150;
+  p.num_heads = 3;
+  p.head_dim = 40;
+  p.causal = true;
+  p.tile_q = 32;
+  p.tile_kv = 32;
+  const std::size_t n = p.batch * p.seq_q * p.num_heads * p.head_dim;
+  const auto q = normal(n, 7, 1), k = normal(n, 8, 1), v = normal(n, 9, 1);
+  p.threads = 1;
+  const ForwardRun one = run_forward(p, GetParam(), q, k, v);
+  p.threads = 5;
+  const ForwardRun five = run_forward(p, GetParam(), q, k, v);
+  EXPECT_EQ(0, std::memcmp(one.out.data(), five.out.data(), one.out.size() * sizeof(float)));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, EdgeCases, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+                         [](const auto& info) { return std::string(fa::dtype_name(info.param)); });
+
+}  // namespace
