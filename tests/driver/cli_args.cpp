@@ -47,7 +47,8 @@ void Args::parse(int argc, char** argv) {
       continue;
     }
     if (!has_value) {
-      if (i + 1 >= argc) throw UsageError("--" + name + ": missing value (expected " + spec->value_hint + ")");
+      // A following "--flag" is never taken as a value (numbers never start with "--").
+      if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0) throw UsageError("--" + name + ": missing value (expected " + spec->value_hint + ")");
       value = argv[++i];
     }
     if (value.empty()) throw UsageError("--" + name + ": empty value (expected " + spec->value_hint + ")");

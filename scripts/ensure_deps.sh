@@ -1,0 +1,73 @@
+# Sourced by the project's scripts: installs what the build and tests need
+# when it is missing (Debian packages), and finds a Python 3 with NumPy.
+# Set FA_NO_INSTALL=1 to check only.
+
+fa_log() { echo "[deps] $*" >&2; }
+
+fa_apt_install() {
+  if [ "${FA_NO_INSTALL:-0}" = 1 ]; then
+    fa_log "missing Debian packages: $* (install them, or run without --no-install)"
+    return 1
+  fi
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+      sudo="sudo -n"
+    else
+      fa_log "missing Debian packages: $* (run as root, or install them: apt-get install $*)"
+      return 1
+    fi
+  fi
+  fa_log "installing: $*"
+  if [ -z "${FA_APT_UPDATED:-}" ]; then
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 || return 1
+    FA_APT_UPDATED=1
+  fi
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+fa_cmake_recent_enough() {
+  command -v cmake >/dev/null 2>&1 || return 1
+  local v
+  v=$(cmake --version | head -n1 | sed 's/[^0-9]*\([0-9]*\)\.\([0-9]*\).*/\1 \2/')
+  set -- $v
+  [ "${1:-0}" -gt 3 ] || { [ "${1:-0}" -eq 3 ] && [ "${2:-0}" -ge 20 ]; }
+}
+
+# cmake >= 3.20, g++ with C++20, make.
+fa_ensure_build_deps() {
+  local need=()
+  fa_cmake_recent_enough || need+=(cmake)
+  command -v g++ >/dev/null 2>&1 || need+=(g++)
+  command -v gcc >/dev/null 2>&1 || need+=(gcc)
+  command -v make >/dev/null 2>&1 || need+=(make)
+  [ ${#need[@]} -eq 0 ] || fa_apt_install "${need[@]}" || return 1
+  fa_cmake_recent_enough || { fa_log "cmake >= 3.20 is required (found: $(cmake --version | head -n1))"; return 1; }
+}
+
+# GoogleTest headers and CMake package.
+fa_ensure_test_deps() {
+  fa_ensure_build_deps || return 1
+  if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/local/include/gtest/gtest.h ]; then
+    fa_apt_install libgtest-dev || return 1
+  fi
+}
+
+# Prints a Python 3 interpreter that imports NumPy, installing python3-numpy
+# (for Debian's /usr/bin/python3) when none does.
+fa_numpy_python() {
+  local candidate
+  for candidate in python3 /usr/bin/python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c "import numpy" 2>/dev/null; then
+      command -v "$candidate"
+      return 0
+    fi
+  done
+  fa_apt_install python3 python3-numpy || return 1
+  if /usr/bin/python3 -c "import numpy" 2>/dev/null; then
+    echo /usr/bin/python3
+    return 0
+  fi
+  fa_log "no Python 3 with NumPy found"
+  return 1
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Builds everything and runs the whole test suite (CTest): unit and property
+# tests, the fa2_test matrix, bad-input tests of the tools, configure-time
+# checks, the data scripts, the guide walkthrough, and the same unit tests
+# again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Installs missing Debian packages (cmake, g++, libgtest-dev, python3-numpy)
+# unless --no-install.
+#
+# usage: scripts/run_tests.sh [--build-dir DIR] [--jobs N] [--no-install] [--no-sanitize]
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=$REPO/build/tests
+JOBS=$(nproc 2>/dev/null || echo 2)
+SANITIZE=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) BUILD=$2; shift 2 ;;
+    --build-dir=*) BUILD=${1#*=}; shift ;;
+    --jobs) JOBS=$2; shift 2 ;;
+    --jobs=*) JOBS=${1#*=}; shift ;;
+    --no-install) export FA_NO_INSTALL=1; shift ;;
+    --no-sanitize) SANITIZE=0; shift ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "error: unknown argument '$1' (expected --build-dir, --jobs, --no-install or --no-sanitize)" >&2; exit 2 ;;
+  esac
+done
+
+# shellcheck source=ensure_deps.sh
+. "$REPO/scripts/ensure_deps.sh"
+fa_ensure_test_deps
+fa_numpy_python >/dev/null  # the script tests need NumPy; CMake finds it again
+
+configure_and_build() {  # dir, extra cmake args...
+  local dir=$1; shift
+  cmake -S "$REPO" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DENABLE_FLASH_ATTENTION=ON -DFLASH_ATTENTION_VERSION=2 \
+        -DENABLE_BENCHMARK=ON -DENABLE_TESTS=ON "$@"
+  cmake --build "$dir" -j "$JOBS"
+}
+
+configure_and_build "$BUILD"
+ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure --timeout 900
+
+if [ "$SANITIZE" = 1 ]; then
+  configure_and_build "$BUILD-sanitize" -DFA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  ctest --test-dir "$BUILD-sanitize" -j "$JOBS" --output-on-failure --timeout 900 -L 'unit|driver'
+fi

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""One bad-input case of a command-line tool, run as its own CTest.
+
+  bad_input_test.py BENCHMARK_BINARY CASE      (or --list)
+
+Each case must exit with status 2, print one line on stderr naming the flag
+and what was expected, print nothing that looks like a result, and leave no
+output file (nor a temporary one) behind.  Standard library only.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+SHAPE = ["--batch-size=1", "--seq-q=32", "--seq-kv=48", "--num-heads=2", "--head-dim=16", "--dtype=fp16",
+         "--num-runs=1", "--warmup-runs=0"]
+Q_BYTES = 1 * 32 * 2 * 16 * 2
+KV_BYTES = 1 * 48 * 2 * 16 * 2
+
+
+def write(path, nbytes):
+    with open(path, "wb") as f:
+        f.write(os.urandom(nbytes))
+    return path
+
+
+def inputs(d, q=Q_BYTES, k=KV_BYTES, v=KV_BYTES):
+    return [f"--input-q={write(os.path.join(d, 'q.bin'), q)}", f"--input-k={write(os.path.join(d, 'k.bin'), k)}",
+            f"--input-v={write(os.path.join(d, 'v.bin'), v)}"]
+
+
+# name -> (function of the scratch dir returning extra args, text the message must contain)
+CASES = {
+    "input_size_mismatch": (lambda d: SHAPE + inputs(d, q=Q_BYTES - 2), "--input-q: "),
+    "kv_size_mismatch": (lambda d: SHAPE + inputs(d, v=KV_BYTES + 64), "expected 3072 for"),
+    "missing_file": (lambda d: SHAPE + inputs(d)[:1] + ["--input-k=/nonexistent/k.bin", "--input-v=/nonexistent/v.bin"],
+                     "--input-k: cannot open '/nonexistent/k.bin'"),
+    "partial_inputs": (lambda d: SHAPE + inputs(d)[:1], "must be given together"),
+    "mask_size_mismatch": (lambda d: SHAPE + [f"--causal-mask={write(os.path.join(d, 'm.bin'), 32 * 32)}"],
+                           "--causal-mask: "),
+    "unknown_dtype": (lambda d: ["--dtype=fp8"], "--dtype: unknown dtype 'fp8' (expected fp16, bf16 or fp32)"),
+    "unknown_layout": (lambda d: ["--layout=SBH"], "--layout: unknown layout 'SBH'"),
+    "unknown_flag": (lambda d: ["--bhu-limit=32"], "unknown flag --bhu-limit"),
+    "head_dim_not_multiple_of_8": (lambda d: ["--head-dim=60"], "--head-dim: 60 is not valid (expected a multiple of 8"),
+    "heads_not_divisible": (lambda d: ["--num-heads=12", "--num-kv-heads=5"], "--num-kv-heads: 5 does not divide"),
+    "negative_number": (lambda d: ["--batch-size=-2"], "--batch-size: -2 is out of range"),
+    "non_numeric": (lambda d: ["--seq-q=abc"], "--seq-q: 'abc' is not a number"),
+    "missing_value": (lambda d: ["--seq-q"], "--seq-q: missing value"),
+    "tile_not_power_of_two": (lambda d: ["--tile-q=100"], "--tile-q: 100 is not a valid tile (expected a power of two"),
+    "tile_too_large": (lambda d: ["--tile-kv=1024"], "--tile-kv: 1024 is not a valid tile"),
+    "zero_runs": (lambda d: ["--num-runs=0"], "--num-runs: 0 is out of range"),
+    "bad_scale": (lambda d: ["--scale=-1"], "--scale"),
+    "shape_too_large": (lambda d: ["--batch-size=4096", "--seq-q=1048576", "--num-heads=64", "--head-dim=128"],
+                        "memory is available"),
+}
+
+
+def run_case(binary, name):
+    make_args, expected = CASES[name]
+    with tempfile.TemporaryDirectory() as d:
+        out_path = os.path.join(d, "out", "output_attention.bin")
+        os.makedirs(os.path.dirname(out_path))
+        proc = subprocess.run([binary] + make_args(d) + [f"--output={out_path}"], capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+        problems = []
+        if proc.returncode != 2:
+            problems.append(f"exit status {proc.returncode}, expected 2")
+        err_lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        if len(err_lines) != 1:
+            problems.append(f"{len(err_lines)} lines on stderr, expected 1")
+        if expected not in proc.stderr:
+            problems.append(f"stderr lacks {expected!r}")
+        if "Throughput:" in proc.stdout or "Latency:" in proc.stdout:
+            problems.append("printed results")
+        left = os.listdir(os.path.dirname(out_path))
+        if left:
+            problems.append(f"left files behind: {left}")
+        print(f"$ {os.path.basename(binary)} ... ({name})\nstderr: {proc.stderr.strip()}")
+        if problems:
+            print("FAIL: " + "; ".join(problems))
+            return 1
+        print("PASS")
+        return 0
+
+
+def main():
+    if len(sys.argv) == 2 and sys.argv[1] == "--list":
+        print(";".join(CASES))
+        return 0
+    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
+        print(f"usage: {sys.argv[0]} BINARY CASE  (cases: {', '.join(CASES)})", file=sys.stderr)
+        return 2
+    return run_case(sys.argv[1], sys.argv[2])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

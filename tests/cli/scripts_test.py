@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Tests of the data scripts (generator and verifier) with the benchmark.
+
+  scripts_test.py BENCHMARK_BINARY CASE      (or --list)
+
+Needs NumPy (the scripts do).  Each case prints PASS or FAIL and its reason.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GEN = os.path.join(ROOT, "scripts", "gen_fa2_test_data.py")
+VERIFY = os.path.join(ROOT, "scripts", "verify_correctness.py")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import fa_data  # noqa: E402
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, **kw)
+
+
+def gen(d, *args):
+    p = run([sys.executable, GEN, f"--output-dir={d}", *args])
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def bench(binary, d, cfg, out, dtype, extra=()):
+    c = fa_data.read_config(os.path.join(d, "config.txt"))
+    args = [binary, f"--input-q={d}/input_Q.bin", f"--input-k={d}/input_K.bin", f"--input-v={d}/input_V.bin",
+            f"--causal-mask={d}/input_causal_mask.bin", f"--batch-size={c['batch_size']}",
+            f"--seq-q={c['seq_len_q']}", f"--seq-kv={c['seq_len_kv']}", f"--num-heads={c['num_heads']}",
+            f"--num-kv-heads={c['num_kv_heads']}", f"--head-dim={c['head_dim']}", f"--dtype={dtype}",
+            f"--layout={c['layout']}", "--num-runs=1", "--warmup-runs=0", f"--output={out}", *extra]
+    p = run(args)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p
+
+
+def verify(out, d, *extra):
+    return run([sys.executable, VERIFY, out, f"{d}/input_Q.bin", f"{d}/input_K.bin", f"{d}/input_V.bin", *extra])
+
+
+def case_generator_shapes_and_mask(binary, d):
+    gen(d, "--batch-size=1", "--seq-len-q=40", "--seq-len-kv=25", "--num-heads=4", "--num-kv-heads=2",
+        "--head-dim=16", "--dtype=bf16")
+    sizes = {n: os.path.getsize(os.path.join(d, n)) for n in os.listdir(d)}
+    assert sizes["input_Q.bin"] == 40 * 4 * 16 * 2, sizes
+    assert sizes["input_K.bin"] == 25 * 2 * 16 * 2, sizes
+    mask = np.fromfile(os.path.join(d, "input_causal_mask.bin"), np.int8).reshape(40, 25)
+    # Bottom-right: query i sees keys j <= i - 15; rows 0..14 see nothing.
+    assert mask[:15].sum() == 0, "rows before the first key must be fully masked"
+    assert mask[15, 0] == 1 and mask[15, 1] == 0 and mask[39].sum() == 25, mask[15:17]
+    cfg = fa_data.read_config(os.path.join(d, "config.txt"))
+    assert cfg["num_kv_heads"] == 2 and cfg["dtype"] == "bf16" and cfg["seq_len_kv"] == 25, cfg
+
+
+def case_verify_passes_real_output(binary, d):
+    for dtype in ("fp16", "bf16", "fp32"):
+        sub = os.path.join(d, dtype)
+        gen(sub, "--batch-size=2", "--seq-len-q=70", "--seq-len-kv=90", "--num-heads=4", "--num-kv-heads=2",
+            "--head-dim=32", f"--dtype={dtype}", "--layout=BNSD")
+        out = os.path.join(sub, "out.bin")
+        bench(binary, sub, None, out, dtype)
+        p = verify(out, sub)
+        assert p.returncode == 0 and "Status: PASS" in p.stdout, p.stdout + p.stderr
+
+
+def case_verify_catches_wrong_output(binary, d):
+    gen(d, "--batch-size=1", "--seq-len-q=64", "--num-heads=2", "--head-dim=32")
+    out = os.path.join(d, "out.bin")
+    bench(binary, d, None, out, "fp16")
+    good = np.fromfile(out, np.float16)
+    bad = good.copy()
+    bad[1234] += np.float16(0.05)
+    bad.tofile(out)
+    p = verify(out, d)
+    assert p.returncode == 1 and "Status: FAIL" in p.stdout, p.stdout
+    bad = good.copy()
+    bad[7] = np.float16("nan")
+    bad.tofile(out)
+    p = verify(out, d)
+    assert p.returncode == 1 and "Non-finite outputs:      1" in p.stdout, p.stdout
+    good.tofile(out)
+    p = verify(out, d, "--mask=" + os.path.join(d, "nomask.bin"))
+    assert p.returncode == 2 and "not found" in p.stderr, p.stderr
+
+
+def case_verify_rejects_bad_input(binary, d):
+    gen(d, "--batch-size=1", "--seq-len-q=16", "--num-heads=2", "--head-dim=16")
+    short = os.path.join(d, "short.bin")
+    np.zeros(10, np.float16).tofile(short)
+    p = verify(short, d)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "expected 1024" in p.stderr, p.stderr
+    os.remove(os.path.join(d, "config.txt"))
+    p = verify(short, d)
+    assert p.returncode == 2 and "config" in p.stderr, p.stderr
+
+
+def case_generator_rejects_bad_input(binary, d):
+    target = os.path.join(d, "data")
+    for args, text in ((["--head-dim=30"], "--head-dim: 30 is not a multiple of 8"),
+                       (["--num-heads=6", "--num-kv-heads=4"], "--num-kv-heads: 4 does not divide"),
+                       (["--dtype=int4"], "--dtype: unknown dtype 'int4'"),
+                       (["--seq-len-q=-5"], "--seq-len-q"),
+                       (["--batch-size=x"], "--batch-size")):
+        p = run([sys.executable, GEN, f"--output-dir={target}", *args])
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and text in p.stderr, (args, p.returncode, p.stderr)
+        assert not os.path.exists(target), "no output on bad input"
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+def main():
+    if len(sys.argv) == 2 and sys.argv[1] == "--list":
+        print(";".join(CASES))
+        return 0
+    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
+        print(f"usage: {sys.argv[0]} BINARY CASE  (cases: {', '.join(CASES)})", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            CASES[sys.argv[2]](sys.argv[1], d)
+        except AssertionError as e:
+            print(f"FAIL: {e}")
+            return 1
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
