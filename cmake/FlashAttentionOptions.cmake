@@ -10,6 +10,7 @@ option(FA_ENABLE_ASYNC "Prefetch the next K/V tile while computing the current o
 option(FA_SPLIT_ENABLE "Split the K/V sequence into chunks computed in parallel" OFF)
 set(FA_SPLIT_THRESHOLD "128" CACHE STRING "Smallest K/V chunk (keys) when FA_SPLIT_ENABLE=ON")
 option(FA_MIXED_PRECISION_SOFTMAX "Softmax and accumulation in fp32 for fp16/bf16 inputs" ON)
+set(FA_TARGET "auto" CACHE STRING "CPU kernel paths to build: auto (all, chosen at run time), generic, avx2, avx512")
 option(ENABLE_BENCHMARK "Build the <version>_benchmark programs" ON)
 option(ENABLE_TESTS "Build the <version>_test programs and the CTest suite" ON)
 
@@ -23,7 +24,7 @@ endfunction()
 # The guide's Ascend settings: say plainly that they do not apply here.
 if(DEFINED ASCEND_HOME OR DEFINED ASCEND_NPU_TYPE OR DEFINED ENV{ASCEND_NPU_TYPE})
   message(STATUS "Ascend NPUs are not a target of this implementation; CPU targets are chosen "
-                 "automatically at run time (ASCEND_HOME / ASCEND_NPU_TYPE ignored)")
+                 "automatically at run time, or restricted with FA_TARGET (ASCEND_HOME / ASCEND_NPU_TYPE ignored)")
 endif()
 
 if(FLASH_ATTENTION_VERSION STREQUAL "all")
@@ -49,6 +50,20 @@ if(NOT FA_SPLIT_THRESHOLD MATCHES "^[1-9][0-9]*$")
   fa_fail(FA_SPLIT_THRESHOLD "${FA_SPLIT_THRESHOLD}" "a positive number of keys")
 endif()
 
+# FA_TARGET plays the guide's ASCEND_NPU_TYPE: which instruction sets the
+# kernels are compiled for.  auto builds every path and picks at run time.
+set(FA_VALID_TARGETS auto generic avx2 avx512)
+if(FA_TARGET STREQUAL "amx")
+  message(FATAL_ERROR "FA_TARGET=amx: the AMX path is not implemented yet; valid now: auto, generic, avx2, avx512")
+elseif(NOT FA_TARGET IN_LIST FA_VALID_TARGETS)
+  fa_fail(FA_TARGET "${FA_TARGET}" "auto, generic, avx2 or avx512")
+endif()
+if(FA_TARGET STREQUAL "auto")
+  set(FA_KERNEL_PATHS generic avx2 avx512)
+else()
+  set(FA_KERNEL_PATHS ${FA_TARGET})
+endif()
+
 if(FA_SPLIT_ENABLE)
   message(STATUS "FA_SPLIT_ENABLE=ON: split-KV is not implemented yet; every call runs unsplit")
 endif()
@@ -60,3 +75,4 @@ endif()
 message(STATUS "FlashAttention Version: ${FLASH_ATTENTION_VERSION} (building: ${FA_VERSIONS})")
 message(STATUS "FA Tile Config: Q=${FA_TILE_Q}, KV=${FA_TILE_KV}")
 message(STATUS "FA Async Prefetch: ${FA_ENABLE_ASYNC}")
+message(STATUS "FA Target: ${FA_TARGET} (kernel paths: ${FA_KERNEL_PATHS})")

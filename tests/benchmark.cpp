@@ -47,6 +47,8 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"tile-kv", K::kInt, "N", "K/V tile rows, a power of two from 16 to 512 (default: FA_TILE_KV)"},
       {"threads", K::kInt, "N", "threads (default: every core this process may use)"},
       {"seed", K::kInt, "N", "seed of the random inputs used when no input files are given (default 1)"},
+      {"isa", K::kString, "generic|avx2|avx512", "kernel path (default: FA_ISA, else the fastest this CPU runs)"},
+      {"no-probe", K::kBool, "", "skip the start-up measurement of the vector unit's peak (no Utilization line)"},
       {"output", K::kString, "PATH", "write O as [batch, seq_q, heads*head_dim] in --dtype"},
       {"check", K::kBool, "", "compare O with the float64 reference; exit 1 when out of tolerance"},
       {"json", K::kBool, "", "print one JSON object instead of text lines"},
@@ -61,8 +63,18 @@ struct Options {
   std::string input_q, input_k, input_v, mask_path, output;
   int num_runs = 10, warmup_runs = 2;
   std::uint64_t seed = 1;
-  bool check = false, json = false;
+  bool check = false, json = false, probe = true;
 };
+
+// The unit a path's kernels run on, for the Utilization line.
+const char* unit_name(fa::Isa isa) {
+  switch (isa) {
+    case fa::Isa::kGeneric: return "SSE2 mul+add";
+    case fa::Isa::kAvx2: return "AVX2 FMA";
+    case fa::Isa::kAvx512: return "AVX-512 FMA";
+  }
+  return "?";
+}
 
 Options read_options(const Args& a) {
   Options o;
@@ -119,6 +131,12 @@ Options read_options(const Args& a) {
   }
   o.mask_path = a.str("causal-mask");
   o.output = a.str("output");
+  if (a.has("isa")) {
+    auto isa = fa::parse_isa(a.str("isa"));
+    if (!isa) throw UsageError("--isa: unknown kernel path '" + a.str("isa") + "' (expected generic, avx2 or avx512)");
+    p.isa = *isa;
+  }
+  o.probe = !a.flag("no-probe");
   o.check = a.flag("check");
   o.json = a.flag("json");
   return o;
@@ -152,6 +170,8 @@ int run(int argc, char** argv) {
   }
   Options o = read_options(args);
   fa::AttentionParams& p = o.params;
+  fa::Isa isa;
+  if (fa::Status s = fa::fa2_select_isa(p, &isa); !s.ok()) throw UsageError(s.message());
   const std::int64_t B = p.batch, Sq = p.seq_q, Skv = p.seq_kv, H = p.num_heads, Hkv = p.kv_heads(),
                      D = p.head_dim;
   const std::size_t es = fa::dtype_size(o.dtype);
@@ -220,6 +240,12 @@ int run(int argc, char** argv) {
     return t;
   };
 
+  const int used_threads = static_cast<int>(std::min<std::int64_t>(
+      threads, B * H * ((Sq + (p.tile_q ? p.tile_q : fa::default_tile_q()) - 1) /
+                        (p.tile_q ? p.tile_q : fa::default_tile_q()))));
+  // The vector unit's peak on the same threads, right before the kernel runs.
+  const double peak_gflops = o.probe ? fa::measure_fma_peak_gflops(isa, used_threads, 0.2) : 0.0;
+
   // Run 0 always uses set 0, whose output is written and checked.
   std::vector<double> times_ms;
   const int total_runs = o.warmup_runs + o.num_runs;
@@ -264,9 +290,7 @@ int run(int argc, char** argv) {
   }
   if (!o.output.empty()) fa::cli::write_atomic(o.output, os[0].data(), q_bytes, "output");
 
-  const int used_threads = static_cast<int>(std::min<std::int64_t>(
-      threads, B * H * ((Sq + (p.tile_q ? p.tile_q : fa::default_tile_q()) - 1) /
-                        (p.tile_q ? p.tile_q : fa::default_tile_q()))));
+  const double utilization = peak_gflops > 0 ? 100.0 * tflops * 1e3 / peak_gflops : 0.0;
   const int tq = p.tile_q ? p.tile_q : fa::default_tile_q();
   const int tkv = p.tile_kv ? p.tile_kv : fa::default_tile_kv();
   char line[512];
@@ -275,17 +299,22 @@ int run(int argc, char** argv) {
                   "{\"version\": \"%s\", \"batch\": %lld, \"seq_q\": %lld, \"seq_kv\": %lld, \"num_heads\": %lld, "
                   "\"num_kv_heads\": %lld, \"head_dim\": %lld, \"dtype\": \"%s\", \"layout\": \"%s\", "
                   "\"causal\": %s, \"mask\": %s, \"tile_q\": %d, \"tile_kv\": %d, \"threads\": %d, "
-                  "\"kernel\": \"generic\", ",
+                  "\"kernel\": \"%s\", ",
                   fa::cli::kVersionTag, (long long)B, (long long)Sq, (long long)Skv, (long long)H, (long long)Hkv,
                   (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(),
                   std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
-                  p.mask ? "true" : "false", tq, tkv, used_threads);
+                  p.mask ? "true" : "false", tq, tkv, used_threads, std::string(fa::isa_name(isa)).c_str());
     std::cout << line;
     std::snprintf(line, sizeof line,
                   "\"latency_ms\": %.6f, \"latency_min_ms\": %.6f, \"latency_max_ms\": %.6f, \"runs\": %d, "
                   "\"flops\": %.6e, \"throughput_tflops\": %.6f, \"peak_memory_mb\": %.3f",
                   median, sorted.front(), sorted.back(), o.num_runs, flops, tflops, peak_mb);
     std::cout << line;
+    if (o.probe) {
+      std::snprintf(line, sizeof line, ", \"peak_gflops\": %.3f, \"peak_unit\": \"%s\", \"utilization_percent\": %.3f",
+                    peak_gflops, unit_name(isa), utilization);
+      std::cout << line;
+    }
     if (o.check) {
       std::snprintf(line, sizeof line,
                     ", \"max_abs_error\": %.6e, \"rel_l2_error\": %.6e, \"nonfinite\": %lld, \"check\": \"%s\"",
@@ -301,7 +330,7 @@ int run(int argc, char** argv) {
               << " scale=" << p.softmax_scale() << "\n";
     std::cout << "Tile: Q=" << tq << " KV=" << tkv << "  Threads: " << used_threads << "  Input sets: " << sets
               << "\n";
-    std::cout << "Kernel: generic\n";
+    std::cout << "Kernel: " << fa::isa_name(isa) << "\n";
     std::snprintf(line, sizeof line, "Latency: %.4f ms (min %.4f, max %.4f over %d runs)\n", median,
                   sorted.front(), sorted.back(), o.num_runs);
     std::cout << line;
@@ -309,6 +338,11 @@ int run(int argc, char** argv) {
     std::cout << line;
     std::snprintf(line, sizeof line, "Peak Memory: %.2f MB\n", peak_mb);
     std::cout << line;
+    if (o.probe) {
+      std::snprintf(line, sizeof line, "Utilization: %.1f%% of %s peak (%.1f GFLOP/s on %d threads, measured at start)\n",
+                    utilization, unit_name(isa), peak_gflops, used_threads);
+      std::cout << line;
+    }
     if (o.check) {
       std::snprintf(line, sizeof line, "Max Abs Error: %.6e\nRelative L2 Error: %.6e (bound %.0e)\n", max_abs,
                     rel_l2, fa::cli::rel_l2_bound(o.dtype));

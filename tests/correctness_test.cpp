@@ -90,6 +90,8 @@ int run(int argc, char** argv) {
                      {{"quick", fa::cli::FlagKind::kBool, "", "run a subset (under 30 s)"},
                       {"dtype", fa::cli::FlagKind::kString, "fp16|bf16|fp32", "only cases of this dtype"},
                       {"seed", fa::cli::FlagKind::kInt, "N", "seed of the random inputs (default 1)"},
+                      {"isa", fa::cli::FlagKind::kString, "generic|avx2|avx512",
+                       "only this kernel path (default: every path this CPU can run)"},
                       {"help", fa::cli::FlagKind::kBool, "", "print this help"}});
   args.parse(argc, argv);
   if (args.flag("help")) {
@@ -103,14 +105,30 @@ int run(int argc, char** argv) {
     if (!dt) throw fa::cli::UsageError("--dtype: unknown dtype '" + args.str("dtype") + "' (expected fp16, bf16 or fp32)");
     dtypes = {*dt};
   }
+  std::vector<fa::Isa> paths;
+  if (args.has("isa")) {
+    auto isa = fa::parse_isa(args.str("isa"));
+    if (!isa) throw fa::cli::UsageError("--isa: unknown kernel path '" + args.str("isa") + "' (expected generic, avx2 or avx512)");
+    fa::Isa chosen;
+    fa::AttentionParams probe;
+    probe.isa = *isa;
+    if (fa::Status s = fa::fa2_select_isa(probe, &chosen); !s.ok()) throw fa::cli::UsageError("--isa: " + s.message());
+    paths = {*isa};
+  } else {
+    for (fa::Isa isa : {fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512}) {
+      if (fa::isa_available(isa)) paths.push_back(isa);
+    }
+  }
   const bool quick = args.flag("quick");
   const std::uint64_t seed = static_cast<std::uint64_t>(args.integer("seed", 1, 0, std::int64_t{1} << 62));
 
   int passed = 0, failed = 0;
   std::uint64_t case_seed = seed * 1000;
+  for (fa::Isa isa : paths) {
   for (DType dtype : dtypes) {
     for (CaseSpec c : build_matrix(dtype, quick)) {
       c.seed = ++case_seed;
+      c.params.isa = isa;
       const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
       const bool ok = r.status.ok() && r.passed;
       (ok ? passed : failed)++;
@@ -123,6 +141,7 @@ int run(int argc, char** argv) {
       }
       std::fflush(stdout);
     }
+  }
   }
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;

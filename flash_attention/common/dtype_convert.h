@@ -4,6 +4,9 @@
 // without F16C or AVX512_BF16, and branch-light so loops over them vectorize.
 // Rounding is to nearest, ties to even; Inf stays Inf and NaN stays NaN (a
 // signalling NaN comes back quiet, never as Inf).
+// The functions are static: this header is included by translation units
+// compiled with different instruction-set flags, and a shared (COMDAT) copy
+// built with AVX-512 must never be picked for baseline code.
 #pragma once
 
 #include <bit>
@@ -13,11 +16,11 @@
 
 namespace fa::detail {
 
-inline float bf16_to_f32(std::uint16_t h) {
+static inline float bf16_to_f32(std::uint16_t h) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
 }
 
-inline std::uint16_t f32_to_bf16(float f) {
+static inline std::uint16_t f32_to_bf16(float f) {
   std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign and payload top, force quiet
     return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
@@ -28,7 +31,7 @@ inline std::uint16_t f32_to_bf16(float f) {
   return static_cast<std::uint16_t>(u >> 16);
 }
 
-inline float f16_to_f32(std::uint16_t h) {
+static inline float f16_to_f32(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1fu;
   const std::uint32_t man = h & 0x3ffu;
@@ -43,7 +46,7 @@ inline float f16_to_f32(std::uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
-inline std::uint16_t f32_to_f16(float f) {
+static inline std::uint16_t f32_to_f16(float f) {
   const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
   const std::uint16_t sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
   const std::uint32_t abs = u & 0x7fffffffu;
@@ -63,7 +66,7 @@ inline std::uint16_t f32_to_f16(float f) {
 }
 
 // Loads element `i` of a buffer of `dtype` as fp32.
-inline float load_as_f32(const void* base, DType dtype, std::int64_t i) {
+static inline float load_as_f32(const void* base, DType dtype, std::int64_t i) {
   switch (dtype) {
     case DType::kF32: return static_cast<const float*>(base)[i];
     case DType::kF16: return f16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
@@ -72,7 +75,7 @@ inline float load_as_f32(const void* base, DType dtype, std::int64_t i) {
   return 0.0f;
 }
 
-inline void store_from_f32(void* base, DType dtype, std::int64_t i, float value) {
+static inline void store_from_f32(void* base, DType dtype, std::int64_t i, float value) {
   switch (dtype) {
     case DType::kF32: static_cast<float*>(base)[i] = value; break;
     case DType::kF16: static_cast<std::uint16_t*>(base)[i] = f32_to_f16(value); break;

@@ -37,6 +37,7 @@ std::string describe(const CaseSpec& s) {
       << " Hkv=" << p.kv_heads() << " D=" << p.head_dim << " tile=" << (p.tile_q ? p.tile_q : default_tile_q())
       << "x" << (p.tile_kv ? p.tile_kv : default_tile_kv()) << " threads=" << p.threads;
   if (s.input_scale != 1.0) out << " input_scale=" << s.input_scale;
+  if (p.isa) out << " isa=" << isa_name(*p.isa);
   return out.str();
 }
 

@@ -1,10 +1,13 @@
+// The softmax's vector exp2 on every kernel path this CPU can run.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
-#include "common/exp2.h"
+#include "flash_attention/testing.h"
 
 namespace {
 
@@ -13,24 +16,42 @@ std::int64_t ulp_distance(float a, float b) {
   return std::abs(static_cast<std::int64_t>(ia) - ib);
 }
 
-TEST(Exp2Softmax, WithinTwoUlpOverTheSoftmaxDomain) {
+class Exp2 : public ::testing::TestWithParam<fa::Isa> {
+ protected:
+  void SetUp() override {
+    if (!fa::isa_available(GetParam())) GTEST_SKIP() << "path not available on this CPU/build";
+  }
+  std::vector<float> run(const std::vector<float>& in) {
+    std::vector<float> out(in.size());
+    EXPECT_TRUE(fa::testing::vector_exp2(GetParam(), in.data(), out.data(), static_cast<int>(in.size())));
+    return out;
+  }
+};
+
+TEST_P(Exp2, WithinTwoUlpOverTheSoftmaxDomain) {
+  std::vector<float> in(2000001);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = -126.0f * static_cast<float>(i) / 2000000.0f;
+  const std::vector<float> out = run(in);
   std::int64_t worst = 0;
-  for (int i = 0; i <= 2000000; ++i) {
-    const float x = -126.0f * static_cast<float>(i) / 2000000.0f;
-    const float want = static_cast<float>(std::exp2(static_cast<double>(x)));
-    worst = std::max(worst, ulp_distance(fa::detail::exp2_softmax(x), want));
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    worst = std::max(worst, ulp_distance(out[i], static_cast<float>(std::exp2(static_cast<double>(in[i])))));
   }
   EXPECT_LE(worst, 2);
 }
 
-TEST(Exp2Softmax, ExactAtIntegersAndZero) {
-  for (int n = 0; n >= -126; --n) EXPECT_EQ(fa::detail::exp2_softmax(float(n)), std::ldexp(1.0f, n)) << n;
+TEST_P(Exp2, ExactAtIntegers) {
+  std::vector<float> in;
+  for (int n = 0; n >= -126; --n) in.push_back(static_cast<float>(n));
+  const std::vector<float> out = run(in);
+  for (std::size_t i = 0; i < in.size(); ++i) EXPECT_EQ(out[i], std::ldexp(1.0f, -static_cast<int>(i)));
 }
 
-TEST(Exp2Softmax, UnderflowAndMinusInfinityGiveZero) {
-  EXPECT_EQ(fa::detail::exp2_softmax(-126.5f), 0.0f);
-  EXPECT_EQ(fa::detail::exp2_softmax(-1e30f), 0.0f);
-  EXPECT_EQ(fa::detail::exp2_softmax(-std::numeric_limits<float>::infinity()), 0.0f);
+TEST_P(Exp2, UnderflowAndMinusInfinityGiveZero) {
+  const std::vector<float> out = run({-126.5f, -1e30f, -std::numeric_limits<float>::infinity(), -200.0f, -127.0f});
+  for (float x : out) EXPECT_EQ(x, 0.0f);
 }
+
+INSTANTIATE_TEST_SUITE_P(Paths, Exp2, ::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512),
+                         [](const auto& info) { return std::string(fa::isa_name(info.param)); });
 
 }  // namespace

@@ -47,12 +47,21 @@ CaseSpec random_case(DType dtype, std::uint32_t seed) {
   return c;
 }
 
-class RandomShapes : public ::testing::TestWithParam<std::tuple<DType, int>> {};
+const auto kPaths = ::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512);
+const auto kDtypes = ::testing::Values(DType::kF32, DType::kF16, DType::kBF16);
+
+void skip_unless_available(fa::Isa isa) {
+  if (!fa::isa_available(isa)) GTEST_SKIP() << fa::isa_name(isa) << " path not available on this CPU/build";
+}
+
+class RandomShapes : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, int>> {};
 
 TEST_P(RandomShapes, MatchesFloat64Reference) {
-  const auto [dtype, index] = GetParam();
-  const CaseSpec c = random_case(dtype, 1000u + static_cast<std::uint32_t>(index) * 7919u +
-                                            static_cast<std::uint32_t>(dtype) * 104729u);
+  const auto [isa, dtype, index] = GetParam();
+  skip_unless_available(isa);
+  CaseSpec c = random_case(dtype, 1000u + static_cast<std::uint32_t>(index) * 7919u +
+                                      static_cast<std::uint32_t>(dtype) * 104729u);
+  c.params.isa = isa;
   const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
   ASSERT_TRUE(r.status.ok()) << r.status.message();
   EXPECT_EQ(r.nonfinite, 0) << fa::cli::describe(c);
@@ -60,12 +69,11 @@ TEST_P(RandomShapes, MatchesFloat64Reference) {
   EXPECT_LE(r.lse_max_error, fa::cli::kLseBound) << fa::cli::describe(c);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDtypes, RandomShapes,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
-                                            ::testing::Range(0, 30)),
+INSTANTIATE_TEST_SUITE_P(AllPaths, RandomShapes, ::testing::Combine(kPaths, kDtypes, ::testing::Range(0, 25)),
                          [](const auto& info) {
-                           return std::string(fa::dtype_name(std::get<0>(info.param))) + "_" +
-                                  std::to_string(std::get<1>(info.param));
+                           return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
+                                  std::string(fa::dtype_name(std::get<1>(info.param))) + "_" +
+                                  std::to_string(std::get<2>(info.param));
                          });
 
 // A direct call with chosen inputs; returns O as float and the LSE.
@@ -73,7 +81,7 @@ struct ForwardRun {
   std::vector<float> out, lse;
 };
 
-ForwardRun run_forward(fa::AttentionParams p, DType dtype, std::vector<float> q, std::vector<float> k,
+ForwardRun run_forward(fa::AttentionParams p, fa::Isa isa, DType dtype, std::vector<float> q, std::vector<float> k,
                 std::vector<float> v) {
   const std::size_t es = fa::dtype_size(dtype);
   fa::cli::HostBuffer qb(q.size() * es), kb(k.size() * es), vb(v.size() * es), ob(q.size() * es);
@@ -85,6 +93,7 @@ ForwardRun run_forward(fa::AttentionParams p, DType dtype, std::vector<float> q,
   t.k = fa::make_view(kb.data(), dtype, Layout::kBSH, p.batch, p.kv_heads(), p.seq_kv, p.head_dim);
   t.v = fa::make_view(vb.data(), dtype, Layout::kBSH, p.batch, p.kv_heads(), p.seq_kv, p.head_dim);
   t.o = fa::make_view(ob.data(), dtype, Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
+  p.isa = isa;
   ForwardRun r;
   r.lse.assign(static_cast<std::size_t>(p.batch * p.num_heads * p.seq_q), 0.0f);
   t.lse = r.lse.data();
@@ -102,7 +111,12 @@ std::vector<float> normal(std::size_t n, std::uint64_t seed, double scale) {
   return x;
 }
 
-class EdgeCases : public ::testing::TestWithParam<DType> {};
+class EdgeCases : public ::testing::TestWithParam<std::tuple<fa::Isa, DType>> {
+ protected:
+  void SetUp() override { skip_unless_available(isa()); }
+  fa::Isa isa() const { return std::get<0>(GetParam()); }
+  DType dtype() const { return std::get<1>(GetParam()); }
+};
 
 TEST_P(EdgeCases, FullyMaskedRowsAreZeroWithMinusInfLse) {
   fa::AttentionParams p;
@@ -117,7 +131,7 @@ TEST_P(EdgeCases, FullyMaskedRowsAreZeroWithMinusInfLse) {
   p.mask = mask.data();
   p.causal = true;  // rows 0..29 see no key (seq_q > seq_kv, bottom-right)
   const std::size_t nq = p.seq_q * p.num_heads * p.head_dim, nkv = p.seq_kv * p.num_heads * p.head_dim;
-  const ForwardRun r = run_forward(p, GetParam(), normal(nq, 1, 1), normal(nkv, 2, 1), normal(nkv, 3, 1));
+  const ForwardRun r = run_forward(p, isa(), dtype(), normal(nq, 1, 1), normal(nkv, 2, 1), normal(nkv, 3, 1));
   for (std::int64_t i = 0; i < p.seq_q; ++i) {
     const bool dead = i < 30 || i == 65;
     for (std::int64_t h = 0; h < p.num_heads; ++h) {
@@ -149,7 +163,7 @@ TEST_P(EdgeCases, HugeLogitsStayFinite) {
   p.tile_kv = 32;
   const std::size_t nq = p.seq_q * p.num_heads * p.head_dim, nkv = p.seq_kv * p.num_heads * p.head_dim;
   const auto v = normal(nkv, 6, 1);
-  const ForwardRun r = run_forward(p, GetParam(), normal(nq, 4, 100), normal(nkv, 5, 100), v);
+  const ForwardRun r = run_forward(p, isa(), dtype(), normal(nq, 4, 100), normal(nkv, 5, 100), v);
   float vmax = 0;
   for (float x : v) vmax = std::max(vmax, std::abs(x));
   for (float o : r.out) {
@@ -172,13 +186,14 @@ TEST_P(EdgeCases, ResultDoesNotDependOnThreadCount) {
   const std::size_t n = p.batch * p.seq_q * p.num_heads * p.head_dim;
   const auto q = normal(n, 7, 1), k = normal(n, 8, 1), v = normal(n, 9, 1);
   p.threads = 1;
-  const ForwardRun one = run_forward(p, GetParam(), q, k, v);
+  const ForwardRun one = run_forward(p, isa(), dtype(), q, k, v);
   p.threads = 5;
-  const ForwardRun five = run_forward(p, GetParam(), q, k, v);
+  const ForwardRun five = run_forward(p, isa(), dtype(), q, k, v);
   EXPECT_EQ(0, std::memcmp(one.out.data(), five.out.data(), one.out.size() * sizeof(float)));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllDtypes, EdgeCases, ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
-                         [](const auto& info) { return std::string(fa::dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(AllPaths, EdgeCases, ::testing::Combine(kPaths, kDtypes), [](const auto& info) {
+  return std::string(fa::isa_name(std::get<0>(info.param))) + "_" + std::string(fa::dtype_name(std::get<1>(info.param)));
+});
 
 }  // namespace

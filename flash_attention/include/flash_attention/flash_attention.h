@@ -73,6 +73,21 @@ enum class Layout { kBSH, kBSND, kBNSD };
 FA_API std::string_view layout_name(Layout layout);
 FA_API std::optional<Layout> parse_layout(std::string_view name);
 
+// ------------------------------------------------------ instruction set ---
+
+// Kernel paths, from the portable one up.  `generic` is SSE2 (every x86-64
+// CPU); `avx2` needs AVX2+FMA+F16C; `avx512` needs AVX-512 F/BW/VL/DQ.
+enum class Isa { kGeneric, kAvx2, kAvx512 };
+
+FA_API std::string_view isa_name(Isa isa);
+FA_API std::optional<Isa> parse_isa(std::string_view name);
+// True when this build contains the path and the CPU (and OS) can run it.
+FA_API bool isa_available(Isa isa);
+// The paths this build contains, e.g. "generic avx2 avx512".
+FA_API std::string built_isas();
+// The CPU's relevant features, e.g. "avx2 fma f16c avx512f ...".
+FA_API std::string cpu_isa_features();
+
 // ----------------------------------------------------------- tensor view ---
 
 // A strided view of a 4-D tensor with logical axes [batch, heads, seq, dim].
@@ -116,6 +131,9 @@ struct FA_API AttentionParams {
   // (FA_TILE_Q / FA_TILE_KV).  Powers of two from 16 to 512.
   int tile_q = 0;
   int tile_kv = 0;
+  // Kernel path; unset means the FA_ISA environment variable when set, else
+  // the fastest path this build and CPU have.
+  std::optional<Isa> isa;
 
   std::int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   float softmax_scale() const;
@@ -146,7 +164,17 @@ FA_API int default_thread_count();
 // --------------------------------------------------------- entry points ---
 
 // FlashAttention-2 forward: O = softmax(scale * Q Kᵀ + mask) V.
+// FA_VERBOSE=1 in the environment prints the path and tile plan of each call
+// on stderr.
 FA_API Status fa2_forward(const AttentionParams& params, const AttentionTensors& tensors);
+
+// The path fa2_forward would run for `params` (forced, FA_ISA, or the best),
+// or an Unsupported status naming the missing instruction set.
+FA_API Status fa2_select_isa(const AttentionParams& params, Isa* isa);
+
+// Peak fp32 FMA rate of `isa`'s vector unit on `threads` threads, in
+// GFLOP/s, measured by running independent FMA chains for about `seconds`.
+FA_API double measure_fma_peak_gflops(Isa isa, int threads, double seconds);
 
 // Float64 reference forward (straightforward softmax(QKᵀ)V with float64
 // arithmetic).  `out` receives [batch, seq_q, num_heads, head_dim] (the BSH

@@ -1,0 +1,33 @@
+// What the running CPU and operating system can execute, read once through
+// CPUID and XGETBV, and the Linux permission request AMX tiles need.
+#pragma once
+
+#include <string>
+
+namespace fa::detail {
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512_bf16 = false, avx512_fp16 = false;
+  bool amx_tile = false, amx_bf16 = false;
+  // Operating-system state saving (XCR0): vector registers usable at all.
+  bool os_avx = false, os_avx512 = false, os_amx = false;
+
+  bool has_avx2_path() const { return os_avx && avx2 && fma && f16c; }
+  bool has_avx512_path() const {
+    return has_avx2_path() && os_avx512 && avx512f && avx512bw && avx512vl && avx512dq;
+  }
+  bool has_amx_path() const { return has_avx512_path() && os_amx && amx_tile && amx_bf16; }
+};
+
+const CpuFeatures& cpu_features();
+
+// "avx2 fma f16c avx512f ..." for messages.
+std::string cpu_feature_list();
+
+// Asks Linux for the AMX tile-data permission (once); false when refused or
+// not on Linux.  Must succeed before the first tile instruction.
+bool request_amx_permission();
+
+}  // namespace fa::detail

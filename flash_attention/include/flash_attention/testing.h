@@ -1,0 +1,12 @@
+// Hooks for the test suite into one kernel path's pieces.  Not a stable API.
+#pragma once
+
+#include "flash_attention/flash_attention.h"
+
+namespace fa::testing {
+
+// out[i] = the softmax's exp2(in[i]) as computed by `isa`'s vector code.
+// False when the path is not available on this build and CPU.
+FA_API bool vector_exp2(Isa isa, const float* in, float* out, int n);
+
+}  // namespace fa::testing

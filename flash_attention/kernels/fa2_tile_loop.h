@@ -1,0 +1,360 @@
+// The FlashAttention-2 tile loop, written once over a vector policy `Vec`
+// (vec_sse2.h, vec_avx2.h, vec_avx512.h) and compiled once per instruction
+// set, inside that set's namespace fa::FA_KERNEL_NS so no symbol is shared
+// between translation units built with different flags.
+//
+// Work item = (batch, head, Q tile).  The Q tile is kept transposed (Qᵀ,
+// [head_dim][tile_q]) so every step vectorizes over query rows:
+//   Sᵀ = K · Qᵀ                  [keys][rows]   (microkernel, K read in place for fp32)
+//   row max / exp2 / row sum     vertical over keys: one lane per query row,
+//                                no horizontal reductions anywhere
+//   Oᵀ = Oᵀ · diag(alpha) + Vᵀ · Pᵀ  [head_dim][rows] (same microkernel)
+// and the epilogue transposes Oᵀ back, divides by the row sum and converts.
+//
+// Requires before inclusion: FA_KERNEL_NS defined, and the namespace's Vec
+// (plus convert_f16 / convert_bf16 when FA_HAVE_SIMD_CONVERT).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+
+#include "../common/dtype_convert.h"
+#include "../common/thread_pool.h"
+#include "kernel_table.h"
+
+namespace fa::FA_KERNEL_NS {
+
+using detail::Fa2Job;
+
+inline constexpr float kNegInf = -__builtin_inff();
+inline constexpr float kLn2 = 0.69314718055994531f;
+
+inline std::size_t pad16(std::size_t n) { return (n + 15) & ~std::size_t{15}; }
+
+// Per-thread scratch, in floats.
+struct Workspace {
+  float* qt;     // [D][tile_q]      Qᵀ, scaled by scale * log2(e)
+  float* kbuf;   // [tile_kv][D]     K tile as fp32 (fp16/bf16 inputs)
+  float* vbuf;   // [tile_kv][D]     V tile as fp32
+  float* st;     // [tile_kv][tile_q] Sᵀ, then Pᵀ
+  float* ot;     // [D][tile_q]      Oᵀ accumulator
+  float* m;      // [tile_q] running row max (log2 units)
+  float* l;      // [tile_q] running row sum
+  float* alpha;  // [tile_q] rescale factor of the current tile
+
+  static std::size_t floats(int tq, int tkv, int D) {
+    return pad16(std::size_t(D) * tq) * 2 + pad16(std::size_t(tkv) * D) * 2 + pad16(std::size_t(tkv) * tq) +
+           pad16(tq) * 3;
+  }
+  static Workspace carve(float* p, int tq, int tkv, int D) {
+    Workspace w;
+    w.qt = p;    p += pad16(std::size_t(D) * tq);
+    w.kbuf = p;  p += pad16(std::size_t(tkv) * D);
+    w.vbuf = p;  p += pad16(std::size_t(tkv) * D);
+    w.st = p;    p += pad16(std::size_t(tkv) * tq);
+    w.ot = p;    p += pad16(std::size_t(D) * tq);
+    w.m = p;     p += pad16(tq);
+    w.l = p;     p += pad16(tq);
+    w.alpha = p;
+    return w;
+  }
+};
+
+// C[i][j] for i < M and j < NV vectors starting at column block j0:
+//   C = (kAccumulate ? C * col_scale : 0) + sum_k A(i, k) * B[k][j]
+// A(i, k) = a[i * a_rs + k * a_ks]; B and C row-major with ldb / ldc.
+// R x NV accumulators stay in registers for the whole k loop.
+template <int R, int NV, bool kAccumulate>
+inline void gemm_block(const float* a, std::int64_t a_rs, std::int64_t a_ks, const float* b, int ldb, float* c,
+                       int ldc, int K, const float* col_scale) {
+  using T = typename Vec::T;
+  constexpr int W = Vec::W;
+  T acc[R][NV];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < NV; ++v) {
+      acc[r][v] = kAccumulate ? Vec::mul(Vec::load(c + r * ldc + v * W), Vec::load(col_scale + v * W)) : Vec::zero();
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    T bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = Vec::load(b + std::int64_t(k) * ldb + v * W);
+    const float* ak = a + k * a_ks;
+    for (int r = 0; r < R; ++r) {
+      const T av = Vec::set1(ak[r * a_rs]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = Vec::fmadd(av, bv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < NV; ++v) Vec::store(c + r * ldc + v * W, acc[r][v]);
+  }
+}
+
+// Rows in blocks of R, then the remainder in blocks of 4, 2 and 1.
+template <int NV, bool kAccumulate>
+inline void gemm_column_block(const float* a, std::int64_t a_rs, std::int64_t a_ks, int M, const float* b, int ldb,
+                              float* c, int ldc, int K, const float* col_scale) {
+  constexpr int R = Vec::kRows;
+  int i = 0;
+  for (; i + R <= M; i += R) gemm_block<R, NV, kAccumulate>(a + i * a_rs, a_rs, a_ks, b, ldb, c + i * ldc, ldc, K, col_scale);
+  if constexpr (R > 4) {
+    if (i + 4 <= M) {
+      gemm_block<4, NV, kAccumulate>(a + i * a_rs, a_rs, a_ks, b, ldb, c + i * ldc, ldc, K, col_scale);
+      i += 4;
+    }
+  }
+  if constexpr (R > 2) {
+    if (i + 2 <= M) {
+      gemm_block<2, NV, kAccumulate>(a + i * a_rs, a_rs, a_ks, b, ldb, c + i * ldc, ldc, K, col_scale);
+      i += 2;
+    }
+  }
+  if (i < M) gemm_block<1, NV, kAccumulate>(a + i * a_rs, a_rs, a_ks, b, ldb, c + i * ldc, ldc, K, col_scale);
+}
+
+// C[M][nvec * W] (+)= A[M][K] · B[K][nvec * W], blocked over columns.
+template <bool kAccumulate>
+inline void gemm(const float* a, std::int64_t a_rs, std::int64_t a_ks, int M, int K, const float* b, int ldb,
+                 int nvec, float* c, int ldc, const float* col_scale) {
+  constexpr int W = Vec::W, NV = Vec::kVecs;
+  int j = 0;
+  for (; j + NV <= nvec; j += NV) {
+    gemm_column_block<NV, kAccumulate>(a, a_rs, a_ks, M, b + j * W, ldb, c + j * W, ldc, K,
+                                       kAccumulate ? col_scale + j * W : nullptr);
+  }
+  for (; j < nvec; ++j) {
+    gemm_column_block<1, kAccumulate>(a, a_rs, a_ks, M, b + j * W, ldb, c + j * W, ldc, K,
+                                      kAccumulate ? col_scale + j * W : nullptr);
+  }
+}
+
+// Rows [0, rows) of a tile in the caller's dtype to fp32 [rows][D].
+template <DType DT>
+inline void load_tile(const void* src, std::int64_t row_stride, int rows, int D, float* dst) {
+  for (int r = 0; r < rows; ++r) {
+    float* out = dst + std::int64_t(r) * D;
+    if constexpr (DT == DType::kF32) {
+      std::memcpy(out, static_cast<const float*>(src) + r * row_stride, sizeof(float) * D);
+    } else {
+      const auto* in = static_cast<const std::uint16_t*>(src) + r * row_stride;
+#if defined(FA_HAVE_SIMD_CONVERT)
+      if constexpr (DT == DType::kF16) convert_f16(in, out, D); else convert_bf16(in, out, D);
+#else
+      for (int d = 0; d < D; ++d) out[d] = DT == DType::kF16 ? detail::f16_to_f32(in[d]) : detail::bf16_to_f32(in[d]);
+#endif
+    }
+  }
+}
+
+template <DType DT>
+inline float load_scalar(const void* base, std::int64_t i) {
+  if constexpr (DT == DType::kF32) return static_cast<const float*>(base)[i];
+  else if constexpr (DT == DType::kF16) return detail::f16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
+  else return detail::bf16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
+}
+
+template <DType DT>
+inline void store_scalar(void* base, std::int64_t i, float x) {
+  if constexpr (DT == DType::kF32) static_cast<float*>(base)[i] = x;
+  else if constexpr (DT == DType::kF16) static_cast<std::uint16_t*>(base)[i] = detail::f32_to_f16(x);
+  else static_cast<std::uint16_t*>(base)[i] = detail::f32_to_bf16(x);
+}
+
+inline std::int64_t causal_key_end(const Fa2Job& job, std::int64_t i) {
+  const std::int64_t end = i + job.seq_kv - job.seq_q + 1;
+  return end < 0 ? 0 : (end > job.seq_kv ? job.seq_kv : end);
+}
+
+inline void prefetch_rows(const char* p, std::int64_t stride_bytes, int rows, int row_bytes) {
+  for (int r = 0; r < rows; ++r) {
+    for (int off = 0; off < row_bytes; off += 64) __builtin_prefetch(p + r * stride_bytes + off, 0, 3);
+  }
+}
+
+template <DType DT, bool kPrefetch>
+void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
+  constexpr int W = Vec::W;
+  using T = typename Vec::T;
+  const std::int64_t BH = job.batch * job.heads;
+  // Last Q tiles first: under a causal mask they see the most keys, and
+  // handing out the longest work first balances the threads.
+  const std::int64_t qt_index = job.q_tiles - 1 - item / BH;
+  const std::int64_t bh = item % BH;
+  const std::int64_t b = bh / job.heads, h = bh % job.heads, hk = h / job.kv_group;
+  const int D = static_cast<int>(job.head_dim);
+  const int tq = job.tile_q, tkv = job.tile_kv;
+  const std::int64_t i0 = qt_index * tq;
+  const int rows = static_cast<int>(job.seq_q - i0 < tq ? job.seq_q - i0 : tq);
+  const int nvec = (rows + W - 1) / W;  // query-row vectors actually in use
+  const int width = nvec * W;
+  const std::int64_t kv_end = job.causal ? causal_key_end(job, i0 + rows - 1) : job.seq_kv;
+  const std::size_t es = dtype_size(DT);
+
+  const char* qbase = static_cast<const char*>(job.q) + (b * job.q_strides[0] + h * job.q_strides[1] + i0 * job.q_strides[2]) * es;
+  const char* kbase = static_cast<const char*>(job.k) + (b * job.k_strides[0] + hk * job.k_strides[1]) * es;
+  const char* vbase = static_cast<const char*>(job.v) + (b * job.v_strides[0] + hk * job.v_strides[1]) * es;
+  const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
+
+  // Qᵀ, pre-scaled so the softmax can use exp2; unused row lanes are zero.
+  for (int d = 0; d < D; ++d) {
+    float* col = w.qt + std::int64_t(d) * tq;
+    for (int r = 0; r < rows; ++r) col[r] = load_scalar<DT>(qbase, r * job.q_strides[2] + d) * job.scale_log2;
+    for (int r = rows; r < width; ++r) col[r] = 0.0f;
+  }
+  for (int d = 0; d < D; ++d) {
+    for (int j = 0; j < nvec; ++j) Vec::store(w.ot + std::int64_t(d) * tq + j * W, Vec::zero());
+  }
+  for (int j = 0; j < nvec; ++j) {
+    Vec::store(w.m + j * W, Vec::set1(kNegInf));
+    Vec::store(w.l + j * W, Vec::zero());
+  }
+
+  for (std::int64_t j0 = 0; j0 < kv_end; j0 += tkv) {
+    const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
+    if constexpr (kPrefetch) {  // FA_ENABLE_ASYNC: start loading the next K/V tile now
+      const std::int64_t j1 = j0 + tkv;
+      if (j1 < kv_end) {
+        const int next = static_cast<int>(kv_end - j1 < tkv ? kv_end - j1 : tkv);
+        prefetch_rows(kbase + j1 * ks * es, ks * es, next, D * int(es));
+        prefetch_rows(vbase + j1 * vs * es, vs * es, next, D * int(es));
+      }
+    }
+    // K and V rows as fp32: read in place for fp32 inputs, converted otherwise.
+    const float* kt;
+    const float* vt;
+    std::int64_t ldk, ldv;
+    if constexpr (DT == DType::kF32) {
+      kt = reinterpret_cast<const float*>(kbase) + j0 * ks;
+      vt = reinterpret_cast<const float*>(vbase) + j0 * vs;
+      ldk = ks;
+      ldv = vs;
+    } else {
+      load_tile<DT>(kbase + j0 * ks * es, ks, cols, D, w.kbuf);
+      load_tile<DT>(vbase + j0 * vs * es, vs, cols, D, w.vbuf);
+      kt = w.kbuf;
+      vt = w.vbuf;
+      ldk = ldv = D;
+    }
+
+    // Sᵀ[c][r] = K[c] · Qᵀ[:, r]
+    gemm<false>(kt, ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr);
+
+    // Masking: only tiles crossing the causal diagonal, or any tile under an
+    // explicit mask, pay for it.
+    if (job.causal && j0 + cols > causal_key_end(job, i0)) {
+      for (int r = 0; r < rows; ++r) {
+        const std::int64_t end = causal_key_end(job, i0 + r) - j0;
+        for (int c = end < 0 ? 0 : static_cast<int>(end); c < cols; ++c) w.st[std::int64_t(c) * tq + r] = kNegInf;
+      }
+    }
+    if (job.mask) {
+      for (int r = 0; r < rows; ++r) {
+        const std::int8_t* mrow = job.mask + (i0 + r) * job.seq_kv + j0;
+        for (int c = 0; c < cols; ++c) {
+          if (mrow[c] == 0) w.st[std::int64_t(c) * tq + r] = kNegInf;
+        }
+      }
+    }
+
+    // Online softmax, one lane per query row.
+    for (int j = 0; j < nvec; ++j) {
+      float* col = w.st + j * W;
+      T block_max = Vec::set1(kNegInf);
+      for (int c = 0; c < cols; ++c) block_max = Vec::max(block_max, Vec::load(col + std::int64_t(c) * tq));
+      const T m_old = Vec::load(w.m + j * W);
+      const T m_new = Vec::max(m_old, block_max);
+      // A row that has seen no attendable key keeps max -inf; subtracting 0
+      // instead makes its probabilities exp2(-inf) = 0 and its alpha 0.
+      const T m_sub = Vec::zero_if_neg_inf(m_new);
+      T sum = Vec::zero();
+      for (int c = 0; c < cols; ++c) {
+        const T p = Vec::exp2(Vec::sub(Vec::load(col + std::int64_t(c) * tq), m_sub));
+        Vec::store(col + std::int64_t(c) * tq, p);
+        sum = Vec::add(sum, p);
+      }
+      const T alpha = Vec::exp2(Vec::sub(m_old, m_sub));
+      Vec::store(w.alpha + j * W, alpha);
+      Vec::store(w.l + j * W, Vec::fmadd(Vec::load(w.l + j * W), alpha, sum));
+      Vec::store(w.m + j * W, m_new);
+    }
+
+    // Oᵀ[d][r] = Oᵀ[d][r] * alpha[r] + sum_c V[c][d] * Pᵀ[c][r]
+    gemm<true>(vt, 1, ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha);
+  }
+
+  // Epilogue: normalize once; a row that attended nothing outputs zeros.
+  char* obase = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + i0 * job.o_strides[2]) * es;
+  for (int r = 0; r < rows; ++r) {
+    const float inv = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f;
+    const std::int64_t row = r * job.o_strides[2];
+    for (int d = 0; d < D; ++d) store_scalar<DT>(obase, row + d, w.ot[std::int64_t(d) * tq + r] * inv);
+  }
+  if (job.lse) {
+    float* lse = job.lse + (b * job.heads + h) * job.seq_q + i0;
+    for (int r = 0; r < rows; ++r) lse[r] = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
+  }
+}
+
+template <DType DT, bool kPrefetch>
+void run_all(const Fa2Job& job) {
+  const std::int64_t items = job.q_tiles * job.batch * job.heads;
+  detail::ThreadPool::global().parallel_for(items, job.threads, [&job](std::int64_t item, int worker) {
+    const Workspace w = Workspace::carve(job.scratch + job.per_thread_floats * worker, job.tile_q, job.tile_kv,
+                                         static_cast<int>(job.head_dim));
+    run_item<DT, kPrefetch>(job, item, w);
+  });
+}
+
+template <bool kPrefetch>
+void fa2_run_impl(const Fa2Job& job) {
+  switch (job.dtype) {
+    case DType::kF32: run_all<DType::kF32, kPrefetch>(job); break;
+    case DType::kF16: run_all<DType::kF16, kPrefetch>(job); break;
+    case DType::kBF16: run_all<DType::kBF16, kPrefetch>(job); break;
+  }
+}
+
+inline std::size_t fa2_workspace_floats(int tq, int tkv, int D) { return Workspace::floats(tq, tkv, D); }
+
+inline void exp2_array(const float* in, float* out, int n) {
+  int i = 0;
+  for (; i + Vec::W <= n; i += Vec::W) Vec::store(out + i, Vec::exp2(Vec::load(in + i)));
+  if (i < n) {
+    float buf[Vec::W] = {};
+    for (int k = 0; k < n - i; ++k) buf[k] = in[i + k];
+    Vec::store(buf, Vec::exp2(Vec::load(buf)));
+    for (int k = 0; k < n - i; ++k) out[i + k] = buf[k];
+  }
+}
+
+// Independent FMA chains (more than the FMA latency x ports) on registers:
+// the vector unit's peak on this thread.
+inline double fma_peak_one_thread(double seconds) {
+  using T = typename Vec::T;
+  constexpr int kChains = 12;  // > FMA latency x pipes, and fits 16 registers with the two constants
+  constexpr long kInner = 4096;
+  T acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = Vec::set1(1.0f + i * 1e-3f);
+  const T mul = Vec::set1(0.999999f), add = Vec::set1(1e-7f);
+  long iterations = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  double elapsed = 0.0;
+  do {
+    for (long k = 0; k < kInner; ++k) {
+      for (int i = 0; i < kChains; ++i) acc[i] = Vec::fmadd(acc[i], mul, add);
+    }
+    iterations += kInner;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    elapsed = double(t1.tv_sec - t0.tv_sec) + 1e-9 * double(t1.tv_nsec - t0.tv_nsec);
+  } while (elapsed < seconds);
+  float sink[Vec::W];
+  T total = acc[0];
+  for (int i = 1; i < kChains; ++i) total = Vec::add(total, acc[i]);
+  Vec::store(sink, total);
+  __asm__ volatile("" : : "r"(sink) : "memory");
+  return 2.0 * Vec::W * kChains * double(iterations) / elapsed / 1e9;
+}
+
+}  // namespace fa::FA_KERNEL_NS

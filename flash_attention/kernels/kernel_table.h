@@ -1,0 +1,48 @@
+// What one instruction-set path provides, and the job description the FA2
+// loop receives.  Plain data only: this header is shared by translation units
+// compiled with different instruction-set flags.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "flash_attention/flash_attention.h"
+
+namespace fa::detail {
+
+// Everything the FA2 tile loop needs, resolved once by the dispatcher, so the
+// per-ISA code touches no optional or inline helper of the public API.
+struct Fa2Job {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;             // may be null
+  const std::int8_t* mask;  // may be null
+  DType dtype;
+  std::int64_t batch, seq_q, seq_kv, heads, kv_group, head_dim;
+  std::int64_t q_strides[3], k_strides[3], v_strides[3], o_strides[3];  // batch, head, seq (elements)
+  float scale_log2;       // softmax scale * log2(e)
+  bool causal;
+  int tile_q, tile_kv, threads;
+  std::int64_t q_tiles;
+  float* scratch;          // threads * per_thread_floats floats, 64-byte aligned
+  std::size_t per_thread_floats;
+};
+
+struct KernelTable {
+  Isa isa;
+  const char* name;
+  // Scratch floats one thread needs for a (tile_q, tile_kv, head_dim) plan.
+  std::size_t (*fa2_workspace_floats)(int tile_q, int tile_kv, int head_dim);
+  void (*fa2_run)(const Fa2Job& job);
+  // out[i] = 2^in[i] with the softmax's exp2 (tests check its accuracy).
+  void (*exp2_array)(const float* in, float* out, int n);
+  // FMA throughput of this path's vector unit on the calling thread, GFLOP/s.
+  double (*fma_peak_one_thread)(double seconds);
+};
+
+// nullptr when the path is not built.
+const KernelTable* kernel_table(Isa isa);
+
+}  // namespace fa::detail

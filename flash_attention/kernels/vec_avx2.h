@@ -1,0 +1,66 @@
+// 8-lane fp32 vector policy on AVX2 + FMA (+ F16C for fp16 loads).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace fa::FA_KERNEL_NS {
+
+struct Vec {
+  using T = __m256;
+  static constexpr int W = 8;
+  static constexpr int kRows = 4;  // 4 x 2 accumulators + 2 loads + 1 broadcast of 16 registers
+  static constexpr int kVecs = 2;
+  static constexpr const char* kName = "avx2";
+
+  static T zero() { return _mm256_setzero_ps(); }
+  static T set1(float x) { return _mm256_set1_ps(x); }
+  static T load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
+  static T fmadd(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
+  static T add(T a, T b) { return _mm256_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
+  static T max(T a, T b) { return _mm256_max_ps(a, b); }
+  static T zero_if_neg_inf(T m) {
+    return _mm256_andnot_ps(_mm256_cmp_ps(m, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ), m);
+  }
+  static T exp2(T x) {
+    const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NGE_UQ);
+    __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+    xc = _mm256_min_ps(xc, _mm256_setzero_ps());
+    const __m256 round = _mm256_set1_ps(12582912.0f);
+    const __m256 shifted = _mm256_add_ps(xc, round);
+    const __m256 n = _mm256_sub_ps(shifted, round);
+    const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(shifted), _mm256_set1_epi32(0x4b400000));
+    const __m256 f = _mm256_sub_ps(xc, n);
+    __m256 p = _mm256_set1_ps(1.5252733804059838e-05f);
+    p = fmadd(p, f, _mm256_set1_ps(1.5403530393381606e-04f));
+    p = fmadd(p, f, _mm256_set1_ps(1.3333558146428441e-03f));
+    p = fmadd(p, f, _mm256_set1_ps(9.6181291076284770e-03f));
+    p = fmadd(p, f, _mm256_set1_ps(5.5504108664821576e-02f));
+    p = fmadd(p, f, _mm256_set1_ps(2.4022650695910071e-01f));
+    p = fmadd(p, f, _mm256_set1_ps(6.9314718055994531e-01f));
+    p = fmadd(p, f, _mm256_set1_ps(1.0f));
+    const __m256 scaled =
+        _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(ni, 23)));
+    return _mm256_andnot_ps(underflow, scaled);
+  }
+};
+
+// n (a multiple of 8) fp16 or bf16 values to fp32, eight at a time.
+#define FA_HAVE_SIMD_CONVERT 1
+inline void convert_f16(const std::uint16_t* src, float* dst, int n) {
+  for (int i = 0; i < n; i += 8) {
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  }
+}
+inline void convert_bf16(const std::uint16_t* src, float* dst, int n) {
+  for (int i = 0; i < n; i += 8) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+  }
+}
+
+}  // namespace fa::FA_KERNEL_NS

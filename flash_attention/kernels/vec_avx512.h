@@ -1,0 +1,75 @@
+// 16-lane fp32 vector policy on AVX-512 (F, BW, VL, DQ) + FMA + F16C.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace fa::FA_KERNEL_NS {
+
+struct Vec {
+  using T = __m512;
+  static constexpr int W = 16;
+  static constexpr int kRows = 6;  // 6 x 4 accumulators + 4 loads + 1 broadcast of 32 registers
+  static constexpr int kVecs = 4;
+  static constexpr const char* kName = "avx512";
+
+  static T zero() { return _mm512_setzero_ps(); }
+  static T set1(float x) { return _mm512_set1_ps(x); }
+  static T load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
+  static T fmadd(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
+  static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
+  static T add(T a, T b) { return _mm512_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
+  static T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static T zero_if_neg_inf(T m) {
+    const __mmask16 neg_inf = _mm512_cmp_ps_mask(m, _mm512_set1_ps(-__builtin_inff()), _CMP_EQ_OQ);
+    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~neg_inf), m);
+  }
+  static T exp2(T x) {
+    const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_NGE_UQ);
+    __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-126.0f));
+    xc = _mm512_min_ps(xc, _mm512_setzero_ps());
+    const __m512 round = _mm512_set1_ps(12582912.0f);
+    const __m512 shifted = _mm512_add_ps(xc, round);
+    const __m512 n = _mm512_sub_ps(shifted, round);
+    const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(shifted), _mm512_set1_epi32(0x4b400000));
+    const __m512 f = _mm512_sub_ps(xc, n);
+    __m512 p = _mm512_set1_ps(1.5252733804059838e-05f);
+    p = fmadd(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
+    p = fmadd(p, f, _mm512_set1_ps(1.3333558146428441e-03f));
+    p = fmadd(p, f, _mm512_set1_ps(9.6181291076284770e-03f));
+    p = fmadd(p, f, _mm512_set1_ps(5.5504108664821576e-02f));
+    p = fmadd(p, f, _mm512_set1_ps(2.4022650695910071e-01f));
+    p = fmadd(p, f, _mm512_set1_ps(6.9314718055994531e-01f));
+    p = fmadd(p, f, _mm512_set1_ps(1.0f));
+    const __m512 scaled =
+        _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), _mm512_slli_epi32(ni, 23)));
+    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), scaled);
+  }
+};
+
+#define FA_HAVE_SIMD_CONVERT 1
+inline void convert_f16(const std::uint16_t* src, float* dst, int n) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+  }
+  for (; i < n; i += 8) {
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  }
+}
+inline void convert_bf16(const std::uint16_t* src, float* dst, int n) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+  }
+  for (; i < n; i += 8) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+  }
+}
+
+}  // namespace fa::FA_KERNEL_NS

@@ -1,0 +1,53 @@
+// 4-lane fp32 vector policy on SSE2: the baseline every x86-64 CPU has.
+// No FMA here, so fmadd is a multiply and an add (two roundings).
+#pragma once
+
+#include <emmintrin.h>
+
+#include <cstdint>
+
+namespace fa::FA_KERNEL_NS {
+
+struct Vec {
+  using T = __m128;
+  static constexpr int W = 4;
+  static constexpr int kRows = 4;   // rows per microkernel block
+  static constexpr int kVecs = 2;   // vectors per row in a block
+  static constexpr const char* kName = "generic";
+
+  static T zero() { return _mm_setzero_ps(); }
+  static T set1(float x) { return _mm_set1_ps(x); }
+  static T load(const float* p) { return _mm_loadu_ps(p); }
+  static void store(float* p, T v) { _mm_storeu_ps(p, v); }
+  static T fmadd(T a, T b, T c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
+  static T mul(T a, T b) { return _mm_mul_ps(a, b); }
+  static T add(T a, T b) { return _mm_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm_sub_ps(a, b); }
+  static T max(T a, T b) { return _mm_max_ps(a, b); }
+  // Lanes equal to -inf become 0 (the all-masked row's stand-in maximum).
+  static T zero_if_neg_inf(T m) {
+    return _mm_andnot_ps(_mm_cmpeq_ps(m, _mm_set1_ps(-__builtin_inff())), m);
+  }
+  static T exp2(T x) {
+    const __m128 underflow = _mm_cmpnge_ps(x, _mm_set1_ps(-126.0f));  // also -inf and NaN
+    __m128 xc = _mm_max_ps(x, _mm_set1_ps(-126.0f));
+    xc = _mm_min_ps(xc, _mm_setzero_ps());
+    const __m128 round = _mm_set1_ps(12582912.0f);
+    const __m128 shifted = _mm_add_ps(xc, round);
+    const __m128 n = _mm_sub_ps(shifted, round);
+    const __m128i ni = _mm_sub_epi32(_mm_castps_si128(shifted), _mm_set1_epi32(0x4b400000));
+    const __m128 f = _mm_sub_ps(xc, n);
+    __m128 p = _mm_set1_ps(1.5252733804059838e-05f);
+    p = fmadd(p, f, _mm_set1_ps(1.5403530393381606e-04f));
+    p = fmadd(p, f, _mm_set1_ps(1.3333558146428441e-03f));
+    p = fmadd(p, f, _mm_set1_ps(9.6181291076284770e-03f));
+    p = fmadd(p, f, _mm_set1_ps(5.5504108664821576e-02f));
+    p = fmadd(p, f, _mm_set1_ps(2.4022650695910071e-01f));
+    p = fmadd(p, f, _mm_set1_ps(6.9314718055994531e-01f));
+    p = fmadd(p, f, _mm_set1_ps(1.0f));
+    const __m128 scaled = _mm_castsi128_ps(_mm_add_epi32(_mm_castps_si128(p), _mm_slli_epi32(ni, 23)));
+    return _mm_andnot_ps(underflow, scaled);
+  }
+};
+
+}  // namespace fa::FA_KERNEL_NS
