@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "exp2_poly.h"
+
 namespace fa::FA_KERNEL_NS {
 
 struct Vec {
@@ -35,14 +37,7 @@ struct Vec {
     const __m256 n = _mm256_sub_ps(shifted, round);
     const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(shifted), _mm256_set1_epi32(0x4b400000));
     const __m256 f = _mm256_sub_ps(xc, n);
-    __m256 p = _mm256_set1_ps(1.5252733804059838e-05f);
-    p = fmadd(p, f, _mm256_set1_ps(1.5403530393381606e-04f));
-    p = fmadd(p, f, _mm256_set1_ps(1.3333558146428441e-03f));
-    p = fmadd(p, f, _mm256_set1_ps(9.6181291076284770e-03f));
-    p = fmadd(p, f, _mm256_set1_ps(5.5504108664821576e-02f));
-    p = fmadd(p, f, _mm256_set1_ps(2.4022650695910071e-01f));
-    p = fmadd(p, f, _mm256_set1_ps(6.9314718055994531e-01f));
-    p = fmadd(p, f, _mm256_set1_ps(1.0f));
+    const __m256 p = exp2_poly<Vec>(f);
     const __m256 scaled =
         _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(ni, 23)));
     return _mm256_andnot_ps(underflow, scaled);

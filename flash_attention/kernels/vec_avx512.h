@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "exp2_poly.h"
+
 namespace fa::FA_KERNEL_NS {
 
 struct Vec {
@@ -36,14 +38,7 @@ struct Vec {
     const __m512 n = _mm512_sub_ps(shifted, round);
     const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(shifted), _mm512_set1_epi32(0x4b400000));
     const __m512 f = _mm512_sub_ps(xc, n);
-    __m512 p = _mm512_set1_ps(1.5252733804059838e-05f);
-    p = fmadd(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
-    p = fmadd(p, f, _mm512_set1_ps(1.3333558146428441e-03f));
-    p = fmadd(p, f, _mm512_set1_ps(9.6181291076284770e-03f));
-    p = fmadd(p, f, _mm512_set1_ps(5.5504108664821576e-02f));
-    p = fmadd(p, f, _mm512_set1_ps(2.4022650695910071e-01f));
-    p = fmadd(p, f, _mm512_set1_ps(6.9314718055994531e-01f));
-    p = fmadd(p, f, _mm512_set1_ps(1.0f));
+    const __m512 p = exp2_poly<Vec>(f);
     const __m512 scaled =
         _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), _mm512_slli_epi32(ni, 23)));
     return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), scaled);

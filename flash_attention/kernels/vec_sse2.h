@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "exp2_poly.h"
+
 namespace fa::FA_KERNEL_NS {
 
 struct Vec {
@@ -37,14 +39,7 @@ struct Vec {
     const __m128 n = _mm_sub_ps(shifted, round);
     const __m128i ni = _mm_sub_epi32(_mm_castps_si128(shifted), _mm_set1_epi32(0x4b400000));
     const __m128 f = _mm_sub_ps(xc, n);
-    __m128 p = _mm_set1_ps(1.5252733804059838e-05f);
-    p = fmadd(p, f, _mm_set1_ps(1.5403530393381606e-04f));
-    p = fmadd(p, f, _mm_set1_ps(1.3333558146428441e-03f));
-    p = fmadd(p, f, _mm_set1_ps(9.6181291076284770e-03f));
-    p = fmadd(p, f, _mm_set1_ps(5.5504108664821576e-02f));
-    p = fmadd(p, f, _mm_set1_ps(2.4022650695910071e-01f));
-    p = fmadd(p, f, _mm_set1_ps(6.9314718055994531e-01f));
-    p = fmadd(p, f, _mm_set1_ps(1.0f));
+    const __m128 p = exp2_poly<Vec>(f);
     const __m128 scaled = _mm_castsi128_ps(_mm_add_epi32(_mm_castps_si128(p), _mm_slli_epi32(ni, 23)));
     return _mm_andnot_ps(underflow, scaled);
   }
