@@ -55,11 +55,11 @@ cmake "$REPO" \
     -DFA_TILE_KV=64 \
     -DFA_ENABLE_ASYNC=OFF \
     -DENABLE_BENCHMARK=ON \
-    -DENABLE_TESTS=OFF
+    -DENABLE_TESTS=ON
 
 echo "== [3.3] make"
-make -j"$JOBS" flash_attention_fa2 fa2_benchmark
-ls -lh "$BUILD/fa2/libflash_attention_fa2.so" "$BUILD/tests/fa2_benchmark"
+make -j"$JOBS" flash_attention_fa2 fa2_benchmark fa2_test
+ls -lh "$BUILD/fa2/libflash_attention_fa2.so" "$BUILD/tests/fa2_benchmark" "$BUILD/tests/fa2_test"
 file "$BUILD/fa2/libflash_attention_fa2.so" 2>/dev/null || true
 
 echo "== [4.1] generate test data"
