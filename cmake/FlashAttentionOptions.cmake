@@ -64,6 +64,12 @@ else()
   set(FA_KERNEL_PATHS ${FA_TARGET})
 endif()
 
+# Compile flags of each kernel path's translation units (and nothing else).
+set(FA_ISA_FLAGS_generic "")
+set(FA_ISA_FLAGS_avx2 -mavx2 -mfma -mf16c)
+# GCC 12 warns falsely about _mm512_undefined_* inside its own intrinsics headers.
+set(FA_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -Wno-maybe-uninitialized)
+
 if(FA_SPLIT_ENABLE)
   message(STATUS "FA_SPLIT_ENABLE=ON: split-KV is not implemented yet; every call runs unsplit")
 endif()

@@ -172,10 +172,37 @@ inline void prefetch_rows(const char* p, std::int64_t stride_bytes, int rows, in
   }
 }
 
+// Online softmax over one Sᵀ tile [cols][tq], one vector lane per query row:
+// Sᵀ becomes Pᵀ = exp2(S - new max), the running max and sum move, and
+// alpha receives each row's rescale factor for the output accumulator.
+inline void online_softmax_tile(const Workspace& w, int cols, int nvec, int tq) {
+  using T = typename Vec::T;
+  constexpr int W = Vec::W;
+  for (int j = 0; j < nvec; ++j) {
+    float* col = w.st + j * W;
+    T block_max = Vec::set1(kNegInf);
+    for (int c = 0; c < cols; ++c) block_max = Vec::max(block_max, Vec::load(col + std::int64_t(c) * tq));
+    const T m_old = Vec::load(w.m + j * W);
+    const T m_new = Vec::max(m_old, block_max);
+    // A row that has seen no attendable key keeps max -inf; subtracting 0
+    // instead makes its probabilities exp2(-inf) = 0 and its alpha 0.
+    const T m_sub = Vec::zero_if_neg_inf(m_new);
+    T sum = Vec::zero();
+    for (int c = 0; c < cols; ++c) {
+      const T p = Vec::exp2(Vec::sub(Vec::load(col + std::int64_t(c) * tq), m_sub));
+      Vec::store(col + std::int64_t(c) * tq, p);
+      sum = Vec::add(sum, p);
+    }
+    const T alpha = Vec::exp2(Vec::sub(m_old, m_sub));
+    Vec::store(w.alpha + j * W, alpha);
+    Vec::store(w.l + j * W, Vec::fmadd(Vec::load(w.l + j * W), alpha, sum));
+    Vec::store(w.m + j * W, m_new);
+  }
+}
+
 template <DType DT, bool kPrefetch>
 void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   constexpr int W = Vec::W;
-  using T = typename Vec::T;
   const std::int64_t BH = job.batch * job.heads;
   // Last Q tiles first: under a causal mask they see the most keys, and
   // handing out the longest work first balances the threads.
@@ -197,10 +224,17 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
 
   // Qᵀ, pre-scaled so the softmax can use exp2; unused row lanes are zero.
-  for (int d = 0; d < D; ++d) {
-    float* col = w.qt + std::int64_t(d) * tq;
-    for (int r = 0; r < rows; ++r) col[r] = load_scalar<DT>(qbase, r * job.q_strides[2] + d) * job.scale_log2;
-    for (int r = rows; r < width; ++r) col[r] = 0.0f;
+  // Transposed in 16 x 16 blocks so every cache line written is filled.
+  for (int r0 = 0; r0 < width; r0 += 16) {
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      const int r1 = r0 + 16 < rows ? r0 + 16 : rows, d1 = d0 + 16 < D ? d0 + 16 : D;
+      for (int r = r0; r < r1; ++r) {
+        for (int d = d0; d < d1; ++d) w.qt[std::int64_t(d) * tq + r] = load_scalar<DT>(qbase, r * job.q_strides[2] + d) * job.scale_log2;
+      }
+      for (int r = r1 > r0 ? r1 : r0; r < r0 + 16 && r < width; ++r) {
+        for (int d = d0; d < d1; ++d) w.qt[std::int64_t(d) * tq + r] = 0.0f;
+      }
+    }
   }
   for (int d = 0; d < D; ++d) {
     for (int j = 0; j < nvec; ++j) Vec::store(w.ot + std::int64_t(d) * tq + j * W, Vec::zero());
@@ -257,27 +291,7 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
       }
     }
 
-    // Online softmax, one lane per query row.
-    for (int j = 0; j < nvec; ++j) {
-      float* col = w.st + j * W;
-      T block_max = Vec::set1(kNegInf);
-      for (int c = 0; c < cols; ++c) block_max = Vec::max(block_max, Vec::load(col + std::int64_t(c) * tq));
-      const T m_old = Vec::load(w.m + j * W);
-      const T m_new = Vec::max(m_old, block_max);
-      // A row that has seen no attendable key keeps max -inf; subtracting 0
-      // instead makes its probabilities exp2(-inf) = 0 and its alpha 0.
-      const T m_sub = Vec::zero_if_neg_inf(m_new);
-      T sum = Vec::zero();
-      for (int c = 0; c < cols; ++c) {
-        const T p = Vec::exp2(Vec::sub(Vec::load(col + std::int64_t(c) * tq), m_sub));
-        Vec::store(col + std::int64_t(c) * tq, p);
-        sum = Vec::add(sum, p);
-      }
-      const T alpha = Vec::exp2(Vec::sub(m_old, m_sub));
-      Vec::store(w.alpha + j * W, alpha);
-      Vec::store(w.l + j * W, Vec::fmadd(Vec::load(w.l + j * W), alpha, sum));
-      Vec::store(w.m + j * W, m_new);
-    }
+    online_softmax_tile(w, cols, nvec, tq);
 
     // Oᵀ[d][r] = Oᵀ[d][r] * alpha[r] + sum_c V[c][d] * Pᵀ[c][r]
     gemm<true>(vt, 1, ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha);
@@ -285,10 +299,16 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
 
   // Epilogue: normalize once; a row that attended nothing outputs zeros.
   char* obase = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + i0 * job.o_strides[2]) * es;
-  for (int r = 0; r < rows; ++r) {
-    const float inv = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f;
-    const std::int64_t row = r * job.o_strides[2];
-    for (int d = 0; d < D; ++d) store_scalar<DT>(obase, row + d, w.ot[std::int64_t(d) * tq + r] * inv);
+  for (int r = 0; r < rows; ++r) w.alpha[r] = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f;  // alpha is free now
+  for (int r0 = 0; r0 < rows; r0 += 16) {
+    const int r1 = r0 + 16 < rows ? r0 + 16 : rows;
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      const int d1 = d0 + 16 < D ? d0 + 16 : D;
+      for (int r = r0; r < r1; ++r) {
+        const std::int64_t row = r * job.o_strides[2];
+        for (int d = d0; d < d1; ++d) store_scalar<DT>(obase, row + d, w.ot[std::int64_t(d) * tq + r] * w.alpha[r]);
+      }
+    }
   }
   if (job.lse) {
     float* lse = job.lse + (b * job.heads + h) * job.seq_q + i0;
@@ -330,7 +350,8 @@ inline void exp2_array(const float* in, float* out, int n) {
 
 // Independent FMA chains (more than the FMA latency x ports) on registers:
 // the vector unit's peak on this thread.
-inline double fma_peak_one_thread(double seconds) {
+// noinline: compiled on its own, so the chains stay in registers whatever the caller.
+[[gnu::noinline]] inline double fma_peak_one_thread(double seconds) {
   using T = typename Vec::T;
   constexpr int kChains = 12;  // > FMA latency x pipes, and fits 16 registers with the two constants
   constexpr long kInner = 4096;

@@ -1,0 +1,116 @@
+// fa2_stages: where the time of the FA2 tile loop goes, per stage, on one
+// thread with the data in cache, for one kernel path.  See stage_timer.h.
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "driver/cli_args.h"
+#include "stage_report.h"
+
+namespace fa::bench {
+#if FA_BUILD_GENERIC
+StageReport time_stages_generic(const StageConfig& cfg);
+#endif
+#if FA_BUILD_AVX2
+StageReport time_stages_avx2(const StageConfig& cfg);
+#endif
+#if FA_BUILD_AVX512
+StageReport time_stages_avx512(const StageConfig& cfg);
+#endif
+}  // namespace fa::bench
+
+namespace {
+
+fa::bench::StageReport run(fa::Isa isa, const fa::bench::StageConfig& cfg) {
+  switch (isa) {
+#if FA_BUILD_GENERIC
+    case fa::Isa::kGeneric: return fa::bench::time_stages_generic(cfg);
+#endif
+#if FA_BUILD_AVX2
+    case fa::Isa::kAvx2: return fa::bench::time_stages_avx2(cfg);
+#endif
+#if FA_BUILD_AVX512
+    case fa::Isa::kAvx512: return fa::bench::time_stages_avx512(cfg);
+#endif
+    default: throw fa::cli::UsageError("--isa: path not in this build");
+  }
+}
+
+int main_impl(int argc, char** argv) {
+  using K = fa::cli::FlagKind;
+  fa::cli::Args args("fa2_stages", {
+      {"isa", K::kString, "generic|avx2|avx512", "kernel path (default: the fastest available)"},
+      {"dtype", K::kString, "fp16|bf16|fp32", "input dtype (default bf16)"},
+      {"head-dim", K::kInt, "N", "head dimension, a multiple of 8 (default 128)"},
+      {"tile-q", K::kInt, "N", "Q tile (default: FA_TILE_Q)"},
+      {"tile-kv", K::kInt, "N", "K/V tile (default: FA_TILE_KV)"},
+      {"tiles", K::kInt, "N", "K/V tiles per work item for the per-item overhead (default 32)"},
+      {"seconds", K::kFloat, "S", "time per measurement (default 0.2)"},
+      {"help", K::kBool, "", "print this help"},
+  });
+  args.parse(argc, argv);
+  if (args.flag("help")) {
+    std::cout << "Time the FA2 tile loop's stages on one thread\n" << args.help_text();
+    return 0;
+  }
+  fa::AttentionParams probe;
+  if (args.has("isa")) {
+    probe.isa = fa::parse_isa(args.str("isa"));
+    if (!probe.isa) throw fa::cli::UsageError("--isa: unknown path '" + args.str("isa") + "' (expected generic, avx2 or avx512)");
+  }
+  fa::Isa isa;
+  if (fa::Status s = fa::fa2_select_isa(probe, &isa); !s.ok()) throw fa::cli::UsageError("--isa: " + s.message());
+  fa::bench::StageConfig cfg;
+  auto dt = fa::parse_dtype(args.str("dtype", "bf16"));
+  if (!dt) throw fa::cli::UsageError("--dtype: expected fp16, bf16 or fp32");
+  cfg.dtype = *dt;
+  cfg.head_dim = static_cast<int>(args.integer("head-dim", 128, 8, fa::kMaxHeadDim));
+  if (cfg.head_dim % 8) throw fa::cli::UsageError("--head-dim: expected a multiple of 8");
+  cfg.tile_q = static_cast<int>(args.integer("tile-q", fa::default_tile_q(), 16, 512));
+  cfg.tile_kv = static_cast<int>(args.integer("tile-kv", fa::default_tile_kv(), 16, 512));
+  for (int t : {cfg.tile_q, cfg.tile_kv}) {
+    if (t & (t - 1)) throw fa::cli::UsageError("--tile-q/--tile-kv: expected a power of two from 16 to 512");
+  }
+  cfg.tiles_per_item = static_cast<int>(args.integer("tiles", 32, 1, 4096));
+  cfg.seconds = args.real("seconds", 0.2);
+  if (!(cfg.seconds > 0 && cfg.seconds <= 60)) throw fa::cli::UsageError("--seconds: expected 0 < S <= 60");
+
+  const fa::bench::StageReport r = run(isa, cfg);
+  const double tq = cfg.tile_q, tkv = cfg.tile_kv, D = cfg.head_dim;
+  const double gemm_flops = 2.0 * tq * tkv * D;
+  const double tile_ns = r.qk_ns + r.softmax_ns + r.pv_ns + r.convert_ns;
+  const double item_ns = tile_ns * cfg.tiles_per_item + r.item_overhead_ns;
+  std::printf("fa2 stages: path=%s dtype=%s head_dim=%d tile=%dx%d, one thread, data in cache\n",
+              std::string(fa::isa_name(isa)).c_str(), std::string(fa::dtype_name(cfg.dtype)).c_str(), cfg.head_dim,
+              cfg.tile_q, cfg.tile_kv);
+  std::printf("%-22s %10s %8s %10s %9s\n", "stage", "ns/tile", "share", "GFLOP/s", "of peak");
+  auto row = [&](const char* name, double ns, double flops) {
+    if (flops > 0) {
+      std::printf("%-22s %10.0f %7.1f%% %10.1f %8.1f%%\n", name, ns, 100 * ns / tile_ns, flops / ns,
+                  100 * flops / ns / r.peak_gflops_one_thread);
+    } else {
+      std::printf("%-22s %10.0f %7.1f%% %10s %9s\n", name, ns, 100 * ns / tile_ns, "-", "-");
+    }
+  };
+  row("Q*K^T (microkernel)", r.qk_ns, gemm_flops);
+  row("softmax (exp2, max, sum)", r.softmax_ns, 0);
+  row("P*V (microkernel)", r.pv_ns, gemm_flops);
+  row("K/V conversion", r.convert_ns, 0);
+  std::printf("%-22s %10.0f %7.1f%% %10.1f %8.1f%%\n", "tile total", tile_ns, 100.0, 2 * gemm_flops / tile_ns,
+              100 * 2 * gemm_flops / tile_ns / r.peak_gflops_one_thread);
+  std::printf("per work item beyond its %d tiles (Q load, epilogue): %.0f ns = %.1f%% of the item\n",
+              cfg.tiles_per_item, r.item_overhead_ns, 100 * r.item_overhead_ns / item_ns);
+  std::printf("peak (FMA probe, one thread): %.1f GFLOP/s\n", r.peak_gflops_one_thread);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return main_impl(argc, argv);
+  } catch (const fa::cli::UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+}

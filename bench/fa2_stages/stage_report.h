@@ -1,0 +1,24 @@
+// Plain data between the per-ISA stage timers and the fa2_stages driver.
+#pragma once
+
+#include "flash_attention/flash_attention.h"
+
+namespace fa::bench {
+
+struct StageConfig {
+  DType dtype;
+  int head_dim, tile_q, tile_kv;
+  int tiles_per_item;  // K/V tiles in the work item timed whole
+  double seconds;      // time budget per measurement
+};
+
+struct StageReport {
+  // Nanoseconds per K/V tile, one thread, data in cache.
+  double qk_ns, softmax_ns, pv_ns, convert_ns;
+  // Nanoseconds per work item beyond its tiles: Q load and transpose,
+  // accumulator set-up, epilogue (normalize, transpose back, store).
+  double item_overhead_ns;
+  double peak_gflops_one_thread;
+};
+
+}  // namespace fa::bench

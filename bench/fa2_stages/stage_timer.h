@@ -1,0 +1,108 @@
+// Times the stages of the FA2 tile loop of one instruction-set path on one
+// thread, each on its own in a loop over the same tile (Q·Kᵀ, softmax, P·V,
+// K/V conversion; the softmax's cost does not depend on the values it sees),
+// then a whole work item (run_item) against the sum of its tiles.  The code timed is the
+// kernel's own (fa2_tile_loop.h), not a copy.  Included by stages_<isa>.cpp
+// after the path's vec header and the loop header.
+#pragma once
+
+#include <chrono>
+#include <cstdlib>
+#include <vector>
+
+#include "stage_report.h"
+
+namespace fa::FA_KERNEL_NS {
+
+template <class Fn>
+double ns_per_call(Fn&& fn, double seconds) {
+  using clock = std::chrono::steady_clock;
+  for (int i = 0; i < 3; ++i) fn();
+  long calls = 0;
+  const auto start = clock::now();
+  double elapsed = 0;
+  do {
+    for (int i = 0; i < 16; ++i) fn();
+    calls += 16;
+    elapsed = std::chrono::duration<double>(clock::now() - start).count();
+  } while (elapsed < seconds);
+  return elapsed * 1e9 / double(calls);
+}
+
+template <DType DT>
+bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
+  const int D = cfg.head_dim, tq = cfg.tile_q, tkv = cfg.tile_kv, nvec = tq / Vec::W;
+  std::vector<float> scratch(Workspace::floats(tq, tkv, D) + 16);
+  const Workspace w = Workspace::carve(scratch.data(), tq, tkv, D);
+  const std::int64_t seq_kv = std::int64_t(tkv) * cfg.tiles_per_item;
+  const std::size_t es = dtype_size(DT);
+  std::vector<char> k(seq_kv * D * es), v(seq_kv * D * es), q(std::size_t(tq) * D * es), o(std::size_t(tq) * D * es);
+  unsigned seed = 12345;
+  auto next = [&seed] { seed = seed * 1664525u + 1013904223u; return float(int(seed >> 9) - (1 << 22)) / float(1 << 22); };
+  for (std::int64_t i = 0; i < seq_kv * D; ++i) {
+    detail::store_from_f32(k.data(), DT, i, next());
+    detail::store_from_f32(v.data(), DT, i, next());
+  }
+  for (std::int64_t i = 0; i < std::int64_t(tq) * D; ++i) detail::store_from_f32(q.data(), DT, i, next());
+  for (int i = 0; i < D * tq; ++i) w.qt[i] = next() * 0.125f;
+  load_tile<DT>(k.data(), D, tkv, D, w.kbuf);
+  load_tile<DT>(v.data(), D, tkv, D, w.vbuf);
+  auto reset_state = [&] {
+    for (int i = 0; i < tq; ++i) {
+      w.m[i] = kNegInf;
+      w.l[i] = 0.0f;
+    }
+  };
+  reset_state();
+  for (int i = 0; i < D * tq; ++i) w.ot[i] = 0.0f;
+
+  auto qk = [&] { gemm<false>(w.kbuf, D, 1, tkv, D, w.qt, tq, nvec, w.st, tq, nullptr); };
+  auto sm = [&] { online_softmax_tile(w, tkv, nvec, tq); };
+  auto pv = [&] { gemm<true>(w.vbuf, 1, D, D, tkv, w.st, tq, nvec, w.ot, tq, w.alpha); };
+  auto cv = [&] {
+    load_tile<DT>(k.data(), D, tkv, D, w.kbuf);
+    load_tile<DT>(v.data(), D, tkv, D, w.vbuf);
+  };
+  bench::StageReport r{};
+  qk();  // Sᵀ holds real scores before the softmax is timed
+  r.qk_ns = ns_per_call(qk, cfg.seconds);
+  r.softmax_ns = ns_per_call(sm, cfg.seconds);
+  reset_state();
+  r.pv_ns = ns_per_call(pv, cfg.seconds);
+  r.convert_ns = DT == DType::kF32 ? 0.0 : ns_per_call(cv, cfg.seconds);  // fp32 K/V are read in place
+  const double t4 = r.qk_ns + r.softmax_ns + r.pv_ns + r.convert_ns;
+
+  detail::Fa2Job job{};
+  job.q = q.data();
+  job.k = k.data();
+  job.v = v.data();
+  job.o = o.data();
+  job.dtype = DT;
+  job.batch = 1;
+  job.seq_q = tq;
+  job.seq_kv = seq_kv;
+  job.heads = 1;
+  job.kv_group = 1;
+  job.head_dim = D;
+  job.q_strides[2] = job.k_strides[2] = job.v_strides[2] = job.o_strides[2] = D;
+  job.scale_log2 = 0.18f;
+  job.tile_q = tq;
+  job.tile_kv = tkv;
+  job.threads = 1;
+  job.q_tiles = 1;
+  const double item = ns_per_call([&] { run_item<DT, false>(job, 0, w); }, cfg.seconds);
+  r.item_overhead_ns = item - cfg.tiles_per_item * t4;
+  r.peak_gflops_one_thread = fma_peak_one_thread(cfg.seconds);
+  return r;
+}
+
+inline bench::StageReport time_stages(const bench::StageConfig& cfg) {
+  switch (cfg.dtype) {
+    case DType::kF32: return time_stages_typed<DType::kF32>(cfg);
+    case DType::kF16: return time_stages_typed<DType::kF16>(cfg);
+    case DType::kBF16: return time_stages_typed<DType::kBF16>(cfg);
+  }
+  return {};
+}
+
+}  // namespace fa::FA_KERNEL_NS

@@ -1,0 +1,9 @@
+// Stage timer for the avx2 path (compiled with that path's flags).
+#define FA_KERNEL_NS isa_avx2
+#include "../../flash_attention/kernels/vec_avx2.h"
+#include "../../flash_attention/kernels/fa2_tile_loop.h"
+#include "stage_timer.h"
+
+namespace fa::bench {
+StageReport time_stages_avx2(const StageConfig& cfg) { return FA_KERNEL_NS::time_stages(cfg); }
+}  // namespace fa::bench
