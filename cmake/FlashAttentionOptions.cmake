@@ -4,8 +4,8 @@
 
 option(ENABLE_FLASH_ATTENTION "Build the FlashAttention operator" ON)
 set(FLASH_ATTENTION_VERSION "2" CACHE STRING "FlashAttention version to build: 1, 2, 3 or all")
-set(FA_TILE_Q "128" CACHE STRING "Default Q tile (rows), a power of two from 16 to 512")
-set(FA_TILE_KV "64" CACHE STRING "Default K/V tile (rows), a power of two from 16 to 512")
+set(FA_TILE_Q "auto" CACHE STRING "Default Q tile (rows): auto, or a power of two from 16 to 512")
+set(FA_TILE_KV "auto" CACHE STRING "Default K/V tile (rows): auto, or a power of two from 16 to 512")
 option(FA_ENABLE_ASYNC "Prefetch the next K/V tile while computing the current one" OFF)
 option(FA_SPLIT_ENABLE "Split the K/V sequence into chunks computed in parallel" OFF)
 set(FA_SPLIT_THRESHOLD "128" CACHE STRING "Smallest K/V chunk (keys) when FA_SPLIT_ENABLE=ON")
@@ -42,8 +42,12 @@ endif()
 set(FA_VALID_TILES 16 32 64 128 256 512)
 foreach(tile_option FA_TILE_Q FA_TILE_KV)
   set(value "${${tile_option}}")
-  if(NOT value IN_LIST FA_VALID_TILES)
-    fa_fail(${tile_option} "${value}" "a power of two from 16 to 512 (16, 32, 64, 128, 256, 512)")
+  if(value STREQUAL "auto")
+    set(${tile_option}_VALUE -1)
+  elseif(value IN_LIST FA_VALID_TILES)
+    set(${tile_option}_VALUE ${value})
+  else()
+    fa_fail(${tile_option} "${value}" "auto or a power of two from 16 to 512 (16, 32, 64, 128, 256, 512)")
   endif()
 endforeach()
 if(NOT FA_SPLIT_THRESHOLD MATCHES "^[1-9][0-9]*$")
@@ -76,6 +80,40 @@ endif()
 if(NOT FA_MIXED_PRECISION_SOFTMAX)
   message(STATUS "FA_MIXED_PRECISION_SOFTMAX=OFF: the fp16 softmax is not implemented yet; "
                  "the softmax runs in fp32")
+endif()
+
+# The guide's first trap, caught at configure time: tiles whose working set
+# exceeds the target's per-core L2 budget (at head_dim 128, the largest of the
+# guide's shapes).  The planner's own arithmetic decides (cmake/planner_check.cpp).
+if(NOT FA_TILE_Q STREQUAL "auto" OR NOT FA_TILE_KV STREQUAL "auto")
+  set(check_q ${FA_TILE_Q})
+  set(check_kv ${FA_TILE_KV})
+  if(check_q STREQUAL "auto")
+    set(check_q 16)
+  endif()
+  if(check_kv STREQUAL "auto")
+    set(check_kv 16)
+  endif()
+  if(FA_TARGET STREQUAL "auto")
+    set(check_target avx512)  # the budget of the paths auto builds (the same for avx2)
+  else()
+    set(check_target ${FA_TARGET})
+  endif()
+  try_run(FA_PLAN_RUN FA_PLAN_COMPILED
+          ${CMAKE_BINARY_DIR}/planner_check ${CMAKE_CURRENT_LIST_DIR}/planner_check.cpp
+          CMAKE_FLAGS "-DINCLUDE_DIRECTORIES=${PROJECT_SOURCE_DIR}/flash_attention/common"
+          CXX_STANDARD 20
+          COMPILE_OUTPUT_VARIABLE plan_compile
+          RUN_OUTPUT_VARIABLE plan_output
+          ARGS ${check_target} ${check_q} ${check_kv} 128)
+  if(NOT FA_PLAN_COMPILED)
+    message(FATAL_ERROR "could not build the configure-time tile check:\n${plan_compile}")
+  endif()
+  string(STRIP "${plan_output}" plan_output)
+  if(NOT FA_PLAN_RUN EQUAL 0)
+    message(FATAL_ERROR "${plan_output}")
+  endif()
+  message(STATUS "FA Tile Plan: ${plan_output}")
 endif()
 
 message(STATUS "FlashAttention Version: ${FLASH_ATTENTION_VERSION} (building: ${FA_VERSIONS})")

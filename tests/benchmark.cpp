@@ -43,8 +43,8 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"scale", K::kFloat, "X", "softmax scale (default 1/sqrt(head_dim))"},
       {"num-runs", K::kInt, "N", "timed runs; the median is reported (default 10)"},
       {"warmup-runs", K::kInt, "N", "untimed runs before timing (default 2)"},
-      {"tile-q", K::kInt, "N", "Q tile rows, a power of two from 16 to 512 (default: FA_TILE_Q)"},
-      {"tile-kv", K::kInt, "N", "K/V tile rows, a power of two from 16 to 512 (default: FA_TILE_KV)"},
+      {"tile-q", K::kString, "N|auto", "Q tile rows, a power of two from 16 to 512, or auto (default: FA_TILE_Q)"},
+      {"tile-kv", K::kString, "N|auto", "K/V tile rows, a power of two from 16 to 512, or auto (default: FA_TILE_KV)"},
       {"threads", K::kInt, "N", "threads (default: every core this process may use)"},
       {"seed", K::kInt, "N", "seed of the random inputs used when no input files are given (default 1)"},
       {"isa", K::kString, "generic|avx2|avx512", "kernel path (default: FA_ISA, else the fastest this CPU runs)"},
@@ -112,10 +112,14 @@ Options read_options(const Args& a) {
   o.warmup_runs = static_cast<int>(a.integer("warmup-runs", 2, 0, 1000000));
   for (const char* flag : {"tile-q", "tile-kv"}) {
     if (!a.has(flag)) continue;
+    if (a.str(flag) == "auto") {
+      (std::string(flag) == "tile-q" ? p.tile_q : p.tile_kv) = fa::kTileAuto;
+      continue;
+    }
     const std::int64_t t = a.integer(flag, 0, 0, 1 << 20);
     if (t < 16 || t > 512 || (t & (t - 1)) != 0) {
       throw UsageError(std::string("--") + flag + ": " + std::to_string(t) +
-                       " is not a valid tile (expected a power of two from 16 to 512)");
+                       " is not a valid tile (expected a power of two from 16 to 512, or auto)");
     }
     (std::string(flag) == "tile-q" ? p.tile_q : p.tile_kv) = static_cast<int>(t);
   }
@@ -172,6 +176,10 @@ int run(int argc, char** argv) {
   fa::AttentionParams& p = o.params;
   fa::Isa isa;
   if (fa::Status s = fa::fa2_select_isa(p, &isa); !s.ok()) throw UsageError(s.message());
+  // The tile plan, checked against the CPU's resources before anything is
+  // allocated (a plan that does not fit is the guide's first trap).
+  fa::TilePlan plan;
+  if (fa::Status s = fa::fa2_plan(p, o.dtype, &plan); !s.ok()) throw UsageError(s.message());
   const std::int64_t B = p.batch, Sq = p.seq_q, Skv = p.seq_kv, H = p.num_heads, Hkv = p.kv_heads(),
                      D = p.head_dim;
   const std::size_t es = fa::dtype_size(o.dtype);
@@ -240,9 +248,7 @@ int run(int argc, char** argv) {
     return t;
   };
 
-  const int used_threads = static_cast<int>(std::min<std::int64_t>(
-      threads, B * H * ((Sq + (p.tile_q ? p.tile_q : fa::default_tile_q()) - 1) /
-                        (p.tile_q ? p.tile_q : fa::default_tile_q()))));
+  const int used_threads = plan.threads;
   // The vector unit's peak on the same threads, right before the kernel runs
   // (and again right after, below): on a shared machine a neighbour can take
   // a core during one probe, so the higher of the two is the ceiling used.
@@ -295,19 +301,20 @@ int run(int argc, char** argv) {
   if (!o.output.empty()) fa::cli::write_atomic(o.output, os[0].data(), q_bytes, "output");
 
   const double utilization = peak_gflops > 0 ? 100.0 * tflops * 1e3 / peak_gflops : 0.0;
-  const int tq = p.tile_q ? p.tile_q : fa::default_tile_q();
-  const int tkv = p.tile_kv ? p.tile_kv : fa::default_tile_kv();
+  const int tq = plan.tile_q, tkv = plan.tile_kv;
   char line[512];
   if (o.json) {
     std::snprintf(line, sizeof line,
                   "{\"version\": \"%s\", \"batch\": %lld, \"seq_q\": %lld, \"seq_kv\": %lld, \"num_heads\": %lld, "
                   "\"num_kv_heads\": %lld, \"head_dim\": %lld, \"dtype\": \"%s\", \"layout\": \"%s\", "
-                  "\"causal\": %s, \"mask\": %s, \"tile_q\": %d, \"tile_kv\": %d, \"threads\": %d, "
+                  "\"causal\": %s, \"mask\": %s, \"tile_q\": %d, \"tile_kv\": %d, \"tile_source\": \"%s\", "
+                  "\"l2_working_set_bytes\": %zu, \"l2_limit_bytes\": %zu, \"threads\": %d, \"core_occupancy_percent\": %.1f, "
                   "\"kernel\": \"%s\", ",
                   fa::cli::kVersionTag, (long long)B, (long long)Sq, (long long)Skv, (long long)H, (long long)Hkv,
                   (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(),
                   std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
-                  p.mask ? "true" : "false", tq, tkv, used_threads, std::string(fa::isa_name(isa)).c_str());
+                  p.mask ? "true" : "false", tq, tkv, plan.source.c_str(), plan.working_set_bytes, plan.limit_bytes,
+                  used_threads, 100.0 * plan.occupancy, std::string(fa::isa_name(isa)).c_str());
     std::cout << line;
     std::snprintf(line, sizeof line,
                   "\"latency_ms\": %.6f, \"latency_min_ms\": %.6f, \"latency_max_ms\": %.6f, \"runs\": %d, "
@@ -334,8 +341,12 @@ int run(int argc, char** argv) {
               << " kv_heads=" << Hkv << " head_dim=" << D << " dtype=" << fa::dtype_name(o.dtype)
               << " layout=" << fa::layout_name(o.layout) << " mask=" << mask_note
               << " scale=" << p.softmax_scale() << "\n";
-    std::cout << "Tile: Q=" << tq << " KV=" << tkv << "  Threads: " << used_threads << "  Input sets: " << sets
-              << "\n";
+    std::snprintf(line, sizeof line, "Tile: Q=%d KV=%d (%s; L2 working set %.0f of %.0f KiB)  Threads: %d  Input sets: %d\n",
+                  tq, tkv, plan.source.c_str(), plan.working_set_bytes / 1024.0, plan.limit_bytes / 1024.0, used_threads, sets);
+    std::cout << line;
+    std::snprintf(line, sizeof line, "Core occupancy: %.1f%% (%lld work items on %d threads)\n", 100.0 * plan.occupancy,
+                  static_cast<long long>(plan.work_items), used_threads);
+    std::cout << line;
     std::cout << "Kernel: " << fa::isa_name(isa) << "\n";
     std::snprintf(line, sizeof line, "Latency: %.4f ms (min %.4f, max %.4f over %d runs)\n", median,
                   sorted.front(), sorted.back(), o.num_runs);
@@ -368,7 +379,9 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const UsageError& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    const std::string what = e.what();
+    // The planner's message already starts with the guide's "Error: ...".
+    std::cerr << (what.rfind("Error: ", 0) == 0 ? "" : "error: ") << what << "\n";
     return 2;
   } catch (const std::bad_alloc&) {
     std::cerr << "error: out of memory; use a smaller shape\n";

@@ -193,9 +193,9 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
                            std::to_string(p.threads) + ")");
   }
   for (auto [what, tile] : {std::pair<const char*, int>{"tile_q", p.tile_q}, {"tile_kv", p.tile_kv}}) {
-    if (tile != 0 && !is_tile_size(tile)) {
+    if (tile != 0 && tile != kTileAuto && !is_tile_size(tile)) {
       return Status::Invalid(std::string(what) +
-                             " must be a power of two from 16 to 512, or 0 for the default (got " +
+                             " must be a power of two from 16 to 512, kTileAuto, or 0 for the default (got " +
                              std::to_string(tile) + ")");
     }
   }

@@ -3,10 +3,10 @@
 #pragma once
 
 #ifndef FA_TILE_Q
-#define FA_TILE_Q 128
+#define FA_TILE_Q -1
 #endif
 #ifndef FA_TILE_KV
-#define FA_TILE_KV 64
+#define FA_TILE_KV -1
 #endif
 #ifndef FA_ENABLE_ASYNC
 #define FA_ENABLE_ASYNC 0
@@ -18,9 +18,10 @@ inline constexpr int kDefaultTileQ = FA_TILE_Q;
 inline constexpr int kDefaultTileKv = FA_TILE_KV;
 inline constexpr bool kAsyncPrefetch = FA_ENABLE_ASYNC != 0;
 
-static_assert((kDefaultTileQ & (kDefaultTileQ - 1)) == 0 && kDefaultTileQ >= 16 && kDefaultTileQ <= 512,
-              "FA_TILE_Q must be a power of two from 16 to 512");
-static_assert((kDefaultTileKv & (kDefaultTileKv - 1)) == 0 && kDefaultTileKv >= 16 && kDefaultTileKv <= 512,
-              "FA_TILE_KV must be a power of two from 16 to 512");
+// -1 (kTileAuto) leaves the choice to the planner.
+static_assert(kDefaultTileQ == -1 || ((kDefaultTileQ & (kDefaultTileQ - 1)) == 0 && kDefaultTileQ >= 16 && kDefaultTileQ <= 512),
+              "FA_TILE_Q must be auto or a power of two from 16 to 512");
+static_assert(kDefaultTileKv == -1 || ((kDefaultTileKv & (kDefaultTileKv - 1)) == 0 && kDefaultTileKv >= 16 && kDefaultTileKv <= 512),
+              "FA_TILE_KV must be auto or a power of two from 16 to 512");
 
 }  // namespace fa::detail

@@ -27,14 +27,13 @@ struct Plan {
   std::int64_t q_tiles;
 };
 
-Plan make_plan(const AttentionParams& p) {
+// Tiles from the planner (it has checked them against the L2 budget).
+Plan make_plan(const AttentionParams& p, const TilePlan& tiles) {
   Plan plan;
-  plan.tile_q = p.tile_q > 0 ? p.tile_q : detail::kDefaultTileQ;
-  plan.tile_kv = p.tile_kv > 0 ? p.tile_kv : detail::kDefaultTileKv;
-  plan.threads = p.threads > 0 ? p.threads : default_thread_count();
+  plan.tile_q = tiles.tile_q;
+  plan.tile_kv = tiles.tile_kv;
+  plan.threads = tiles.threads;
   plan.q_tiles = (p.seq_q + plan.tile_q - 1) / plan.tile_q;
-  const std::int64_t items = plan.q_tiles * p.batch * p.num_heads;
-  if (items < plan.threads) plan.threads = static_cast<int>(items);
   return plan;
 }
 
@@ -58,8 +57,9 @@ std::size_t fa2_workspace_bytes(const AttentionParams& p, int threads) {
   Isa isa = Isa::kGeneric;
   const detail::KernelTable* table = nullptr;
   if (fa2_select_isa(p, &isa).ok()) table = detail::kernel_table(isa);
-  if (!table) return 0;
-  const Plan plan = make_plan(p);
+  TilePlan tiles;
+  if (!table || !fa2_plan(p, DType::kF32, &tiles).ok()) return 0;
+  const Plan plan = make_plan(p, tiles);
   const int n = threads > 0 ? threads : plan.threads;
   return table->fa2_workspace_floats(plan.tile_q, plan.tile_kv, static_cast<int>(p.head_dim)) * sizeof(float) *
          static_cast<std::size_t>(n);
@@ -70,7 +70,9 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   Isa isa;
   if (Status s = fa2_select_isa(p, &isa); !s.ok()) return s;
   const detail::KernelTable* table = detail::kernel_table(isa);
-  const Plan plan = make_plan(p);
+  TilePlan tiles;
+  if (Status s = fa2_plan(p, t.q.dtype, &tiles); !s.ok()) return s;
+  const Plan plan = make_plan(p, tiles);
 
   const std::size_t per_thread = table->fa2_workspace_floats(plan.tile_q, plan.tile_kv, static_cast<int>(p.head_dim));
   const std::size_t bytes = per_thread * sizeof(float) * static_cast<std::size_t>(plan.threads);
@@ -110,9 +112,10 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
 
   if (verbose()) {
     std::fprintf(stderr,
-                 "fa2_forward: path=%s tile=%dx%d threads=%d items=%lld dtype=%s B=%lld Sq=%lld Skv=%lld H=%lld "
+                 "fa2_forward: path=%s tile=%dx%d (%s, L2 working set %zu of %zu bytes) threads=%d items=%lld dtype=%s B=%lld Sq=%lld Skv=%lld H=%lld "
                  "Hkv=%lld D=%lld causal=%d mask=%d workspace=%zu bytes\n",
-                 table->name, plan.tile_q, plan.tile_kv, plan.threads,
+                 table->name, plan.tile_q, plan.tile_kv, tiles.source.c_str(), tiles.working_set_bytes,
+                 tiles.limit_bytes, plan.threads,
                  static_cast<long long>(plan.q_tiles * p.batch * p.num_heads), std::string(dtype_name(job.dtype)).c_str(),
                  static_cast<long long>(p.batch), static_cast<long long>(p.seq_q), static_cast<long long>(p.seq_kv),
                  static_cast<long long>(p.num_heads), static_cast<long long>(p.kv_heads()),

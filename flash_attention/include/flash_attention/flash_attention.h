@@ -21,6 +21,9 @@
 
 namespace fa {
 
+// tile_q / tile_kv value asking the planner to choose.
+inline constexpr int kTileAuto = -1;
+
 // Largest head_dim the kernels accept (multiples of 8 up to this).
 inline constexpr std::int64_t kMaxHeadDim = 256;
 // Most threads one call may ask for.
@@ -125,10 +128,14 @@ struct FA_API AttentionParams {
   // shared by every batch and head.  Combined with `causal` by logical AND.
   const std::int8_t* mask = nullptr;
 
-  // Threads used; 0 means every core this process may run on.
+  // Threads used; 0 means every core this process may run on.  Either way
+  // capped by the FA_MAX_THREADS environment variable when set.
   int threads = 0;
-  // Tile sizes (rows of Q and of K/V per block); 0 means the build's default
-  // (FA_TILE_Q / FA_TILE_KV).  Powers of two from 16 to 512.
+  // Tile sizes (rows of Q and of K/V per block): a power of two from 16 to
+  // 512, kTileAuto (the tuning cache's entry for this shape class, else the
+  // target's table), or 0 for the build's default (FA_TILE_Q / FA_TILE_KV,
+  // which may itself be auto).  Every plan is checked against the CPU's
+  // per-core L2 budget.
   int tile_q = 0;
   int tile_kv = 0;
   // Kernel path; unset means the FA_ISA environment variable when set, else
@@ -183,8 +190,48 @@ FA_API double measure_fma_peak_gflops(Isa isa, int threads, double seconds);
 FA_API Status reference_forward(const AttentionParams& params, const AttentionTensors& tensors,
                          double* out, double* lse);
 
-// Tile sizes this build uses when AttentionParams leaves them 0.
+// Tile sizes this build uses when AttentionParams leaves them 0 (kTileAuto
+// when the build leaves the choice to the planner).
 FA_API int default_tile_q();
 FA_API int default_tile_kv();
+
+// ------------------------------------------------------------ tile plan ---
+
+struct TilePlan {
+  int tile_q = 0, tile_kv = 0;
+  std::size_t working_set_bytes = 0;  // per thread
+  std::size_t limit_bytes = 0;        // per-core L2 budget of the target
+  std::string target;                 // kernel path the plan is for
+  std::string source;                 // "caller", "tuning cache" or "target table"
+  int threads = 0;                    // threads the call uses (capped by FA_MAX_THREADS and the work items)
+  std::int64_t work_items = 0;        // (batch, head, Q tile) items
+  // How evenly the items fill the threads: total work / (threads x the
+  // longest thread's work), from the scheduler's own order (longest first).
+  double occupancy = 0.0;
+};
+
+// Resolves the tiles fa2_forward would use and checks them against the
+// target's resources.  A plan that does not fit returns InvalidArgument with
+// "Error: Resource usage exceeds device limit." and the usage, the limit and
+// a tile that fits.
+FA_API Status fa2_plan(const AttentionParams& params, DType dtype, TilePlan* plan);
+
+// Per-core L2 of this CPU (sysfs), or 0 when it cannot be read.
+FA_API std::size_t cpu_l2_bytes();
+
+// ---------------------------------------------------------- tuning cache ---
+
+// Where the tuning cache lives: $FA_TUNING_CACHE, else
+// $XDG_CACHE_HOME/flash_attention/tuning_cache.txt, else
+// ~/.cache/flash_attention/tuning_cache.txt.
+FA_API std::string tuning_cache_path();
+
+// Records the best tiles measured for the shape class of `params` on `isa`
+// (the file is rewritten atomically; later lookups in this process see it).
+FA_API Status tuning_cache_store(const AttentionParams& params, DType dtype, Isa isa, int tile_q, int tile_kv,
+                                 double tflops);
+
+// The cached tiles for the shape class, if any.
+FA_API bool tuning_cache_lookup(const AttentionParams& params, DType dtype, Isa isa, int* tile_q, int* tile_kv);
 
 }  // namespace fa

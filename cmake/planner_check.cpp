@@ -1,0 +1,28 @@
+// Configure-time tile check: the planner's own arithmetic and the target
+// table (flash_attention/common/targets.h), run by CMake's try_run.
+// argv: target tile_q tile_kv head_dim.  Prints the verdict; exit 1 = exceeds.
+#include <cstdio>
+#include <cstdlib>
+
+#include "targets.h"
+
+int main(int argc, char** argv) {
+  if (argc != 5) return 2;
+  const fa::detail::TargetInfo* target = fa::detail::find_target(argv[1]);
+  if (!target) return 2;
+  const int tq = std::atoi(argv[2]), tkv = std::atoi(argv[3]), d = std::atoi(argv[4]);
+  const std::size_t used = fa::detail::fa2_working_set_bytes(tq, tkv, d);
+  const std::size_t limit = target->l2_bytes;
+  if (used <= limit) {
+    std::printf("fits: L2 working set %zu KiB per thread (limit: %zu KiB, %s)\n", used / 1024, limit / 1024, target->name);
+    return 0;
+  }
+  int fit = tq;
+  while (fit > 16 && fa::detail::fa2_working_set_bytes(fit, tkv, d) > limit) fit /= 2;
+  std::printf("Error: Resource usage exceeds device limit.\n"
+              "  L2 working set: %zu KiB per thread for FA_TILE_Q=%d FA_TILE_KV=%d at head_dim %d (limit: %zu KiB per core, %s)\n"
+              "  Suggestion: FA_TILE_Q=%d%s\n",
+              used / 1024, tq, tkv, d, limit / 1024, target->name, fit,
+              fa::detail::fa2_working_set_bytes(fit, tkv, d) <= limit ? "" : " and a smaller FA_TILE_KV");
+  return 1;
+}

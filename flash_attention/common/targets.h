@@ -1,0 +1,64 @@
+// The hardware table: for each CPU target, the resources a tile plan uses
+// and the recommended tiles by sequence length.  The machine's limits live
+// here and nowhere else (the guide's per-NPU table, for CPUs).
+//
+// Header-only plain data and arithmetic, so the configure-time check
+// (cmake/planner_check.cpp) compiles it without the rest of the library.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fa::detail {
+
+struct TargetInfo {
+  const char* name;          // generic, avx2, avx512 (amx, cuda sm80/sm90: later rows)
+  int vector_registers;      // architectural vector registers
+  int vector_bytes;          // bytes per vector register
+  int matrix_tiles;          // matrix-unit tile registers (AMX: 8 of 16 rows x 64 bytes); 0 = none
+  std::size_t l1d_bytes;     // per-core L1D assumed when the CPU cannot be read
+  std::size_t l2_bytes;      // per-core L2 assumed when the CPU cannot be read: the plan's budget
+};
+
+// Defaults are deliberately common values, not the largest parts: the budget
+// at configure time must hold on the machines the binary will meet.
+inline constexpr TargetInfo kTargets[] = {
+    {"generic", 16, 16, 0, 32 * 1024, 512 * 1024},
+    {"avx2", 16, 32, 0, 32 * 1024, 1024 * 1024},
+    {"avx512", 32, 64, 0, 32 * 1024, 1024 * 1024},
+};
+
+inline const TargetInfo* find_target(const char* name) {
+  for (const TargetInfo& t : kTargets) {
+    const char* a = t.name;
+    const char* b = name;
+    while (*a && *a == *b) ++a, ++b;
+    if (*a == *b) return &t;
+  }
+  return nullptr;
+}
+
+// Recommended tiles by sequence length.  The guide's table (<=512: 64x64,
+// 512-2048: 128x64, 2048-4096: 128x128, >4096: 256x128) replaced by what the
+// tile sweep measured on a Zen 4 CPU (docs/PERF.md): 128 x 64 or 128 x 128
+// win at every length there, and 256-row Q tiles never help.
+struct TileRow {
+  std::int64_t max_seq;  // rows apply to sequences up to this length
+  int tile_q, tile_kv;
+};
+inline constexpr TileRow kRecommendedTiles[] = {
+    {512, 64, 64},
+    {2048, 128, 64},
+    {INT64_MAX, 128, 128},
+};
+
+// Bytes of the per-thread working set of the FA2 tile loop (the SIMD paths):
+// Qᵀ and Oᵀ [head_dim][tile_q] fp32, Sᵀ/Pᵀ [tile_kv][tile_q] fp32, the K and
+// V tiles [tile_kv][head_dim] (fp32 buffers for 16-bit inputs, the caller's
+// rows read in place for fp32: the same bytes), and three row vectors.
+inline std::size_t fa2_working_set_bytes(int tile_q, int tile_kv, int head_dim) {
+  const std::size_t tq = tile_q, tkv = tile_kv, d = head_dim;
+  return 4 * (2 * d * tq + tkv * tq + 2 * tkv * d + 3 * tq);
+}
+
+}  // namespace fa::detail

@@ -1,0 +1,250 @@
+// The tile planner: resolves auto tiles (tuning cache, else the target's
+// table) and checks every plan's working set against the per-core L2 budget
+// (the CPU's own when readable, else the target's default).  Also the tuning
+// cache file.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <algorithm>
+#include <fstream>
+#include <vector>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "flash_attention/flash_attention.h"
+#include "targets.h"
+#include "tile_config.h"
+
+namespace fa {
+namespace detail {
+Status select_isa(const std::optional<Isa>& forced, Isa* chosen);
+}
+
+namespace {
+
+std::size_t parse_cache_size(const std::string& text) {
+  std::size_t value = 0;
+  std::size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') value = value * 10 + (text[i++] - '0');
+  if (i < text.size() && (text[i] == 'K' || text[i] == 'k')) value *= 1024;
+  if (i < text.size() && (text[i] == 'M' || text[i] == 'm')) value *= 1024 * 1024;
+  return value;
+}
+
+std::string kib(std::size_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f KiB", double(bytes) / 1024.0);
+  return buf;
+}
+
+int bucket(std::int64_t n) {  // shape class: the power of two at or above n, at least 16
+  std::int64_t b = 16;
+  while (b < n && b < (std::int64_t{1} << 40)) b <<= 1;
+  return static_cast<int>(b > (1 << 30) ? (1 << 30) : b);
+}
+
+std::string cache_key(const AttentionParams& p, DType dtype, Isa isa) {
+  std::ostringstream key;
+  key << "fa2 " << isa_name(isa) << ' ' << dtype_name(dtype) << " d" << p.head_dim << " c" << (p.causal ? 1 : 0)
+      << " q" << bucket(p.seq_q) << " kv" << bucket(p.seq_kv);
+  return key.str();
+}
+
+struct CacheEntry {
+  int tile_q, tile_kv;
+  double tflops;
+};
+
+struct TuningCache {
+  std::mutex mutex;
+  bool loaded = false;
+  std::string path;
+  std::map<std::string, CacheEntry> entries;
+
+  // Lines: <key fields...> = <tile_q> <tile_kv> <tflops>; '#' starts a comment.
+  void load_locked() {
+    if (loaded && path == tuning_cache_path()) return;
+    loaded = true;
+    path = tuning_cache_path();
+    entries.clear();
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      const auto eq = line.find(" = ");
+      if (eq == std::string::npos) continue;
+      std::istringstream values(line.substr(eq + 3));
+      CacheEntry e{};
+      if (values >> e.tile_q >> e.tile_kv >> e.tflops) entries[line.substr(0, eq)] = e;
+    }
+  }
+};
+
+TuningCache& cache() {
+  static TuningCache c;
+  return c;
+}
+
+bool valid_tile(int t) { return t >= 16 && t <= 512 && (t & (t - 1)) == 0; }
+
+// FA_MAX_THREADS: a cap on the cores one call uses (the guide's
+// ASCEND_VISIBILITY_BHU_LIMIT), 0 when unset or invalid.
+int max_threads_from_env() {
+  const char* v = std::getenv("FA_MAX_THREADS");
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return (*end == '\0' && n > 0 && n <= kMaxThreads) ? static_cast<int>(n) : 0;
+}
+
+// Items are handed out longest first (last Q tiles first); each goes to the
+// thread that frees up first.  Cost of an item = K/V tiles it visits.
+double simulate_occupancy(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, int threads) {
+  std::vector<double> busy(static_cast<std::size_t>(threads), 0.0);
+  double total = 0.0;
+  for (std::int64_t qt = q_tiles - 1; qt >= 0; --qt) {
+    const std::int64_t last_row = std::min<std::int64_t>((qt + 1) * tq, p.seq_q) - 1;
+    std::int64_t kv_end = p.seq_kv;
+    if (p.causal) kv_end = std::clamp<std::int64_t>(last_row + p.seq_kv - p.seq_q + 1, 0, p.seq_kv);
+    const double cost = double((kv_end + tkv - 1) / tkv) + 0.05;  // + the per-item epilogue
+    for (std::int64_t bh = 0; bh < p.batch * p.num_heads; ++bh) {
+      auto it = std::min_element(busy.begin(), busy.end());
+      *it += cost;
+      total += cost;
+    }
+  }
+  const double longest = *std::max_element(busy.begin(), busy.end());
+  return longest > 0 ? total / (double(threads) * longest) : 1.0;
+}
+
+}  // namespace
+
+std::size_t cpu_l2_bytes() {
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level(dir + "level"), size(dir + "size");
+    int lv = 0;
+    std::string sz;
+    if (!(level >> lv) || !(size >> sz)) continue;
+    if (lv == 2) return parse_cache_size(sz);
+  }
+  return 0;
+}
+
+std::string tuning_cache_path() {
+  if (const char* p = std::getenv("FA_TUNING_CACHE"); p && *p) return p;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/flash_attention/tuning_cache.txt";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/flash_attention/tuning_cache.txt";
+  return "flash_attention_tuning_cache.txt";
+}
+
+bool tuning_cache_lookup(const AttentionParams& p, DType dtype, Isa isa, int* tile_q, int* tile_kv) {
+  TuningCache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.load_locked();
+  auto it = c.entries.find(cache_key(p, dtype, isa));
+  if (it == c.entries.end() || !valid_tile(it->second.tile_q) || !valid_tile(it->second.tile_kv)) return false;
+  *tile_q = it->second.tile_q;
+  *tile_kv = it->second.tile_kv;
+  return true;
+}
+
+Status tuning_cache_store(const AttentionParams& p, DType dtype, Isa isa, int tile_q, int tile_kv, double tflops) {
+  if (!valid_tile(tile_q) || !valid_tile(tile_kv)) {
+    return Status::Invalid("tuning cache: tiles must be powers of two from 16 to 512");
+  }
+  TuningCache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.load_locked();
+  c.entries[cache_key(p, dtype, isa)] = {tile_q, tile_kv, tflops};
+  // Create the directory chain, then write beside the file and rename.
+  const std::string& path = c.path;
+  for (std::size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1)) {
+    ::mkdir(path.substr(0, slash).c_str(), 0755);
+  }
+  const std::string tmp = path + ".partial";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "# FlashAttention tuning cache: <version> <path> <dtype> d<head_dim> c<causal> q<seq_q class> "
+           "kv<seq_kv class> = <tile_q> <tile_kv> <TFLOPS measured>\n";
+    for (const auto& [key, e] : c.entries) out << key << " = " << e.tile_q << ' ' << e.tile_kv << ' ' << e.tflops << '\n';
+    if (!out) {
+      std::remove(tmp.c_str());
+      return Status::Invalid("tuning cache: cannot write '" + tmp + "'");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::Invalid("tuning cache: cannot replace '" + path + "'");
+  }
+  return Status::Ok();
+}
+
+Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
+  Isa isa;
+  if (Status s = detail::select_isa(p.isa, &isa); !s.ok()) return s;
+  const detail::TargetInfo* target = detail::find_target(std::string(isa_name(isa)).c_str());
+  const std::size_t l2 = cpu_l2_bytes();
+  const std::size_t limit = l2 > 0 ? l2 : target->l2_bytes;
+  const int D = static_cast<int>(p.head_dim);
+
+  int tq = p.tile_q != 0 ? p.tile_q : detail::kDefaultTileQ;
+  int tkv = p.tile_kv != 0 ? p.tile_kv : detail::kDefaultTileKv;
+  std::string source = (p.tile_q != 0 || p.tile_kv != 0) ? "caller" : "build default";
+  if (tq == kTileAuto || tkv == kTileAuto) {
+    int cq = 0, ckv = 0;
+    int table_q = 0, table_kv = 0;
+    for (const detail::TileRow& row : detail::kRecommendedTiles) {
+      if (p.seq_q <= row.max_seq && table_q == 0) table_q = row.tile_q;
+      if (p.seq_kv <= row.max_seq && table_kv == 0) table_kv = row.tile_kv;
+    }
+    // A Q tile longer than the queries only wastes lanes: cap it (decoding).
+    while (table_q > 16 && table_q / 2 >= p.seq_q) table_q /= 2;
+    const bool cached = tuning_cache_lookup(p, dtype, isa, &cq, &ckv);
+    if (tq == kTileAuto) tq = cached ? cq : table_q;
+    if (tkv == kTileAuto) tkv = cached ? ckv : table_kv;
+    source = cached ? "tuning cache" : "target table";
+    // An automatic plan shrinks until it fits; a requested one is checked.
+    while (detail::fa2_working_set_bytes(tq, tkv, D) > limit && (tq > 16 || tkv > 16)) {
+      if (tq >= tkv && tq > 16) tq /= 2; else tkv /= 2;
+    }
+  }
+  plan->tile_q = tq;
+  plan->tile_kv = tkv;
+  plan->working_set_bytes = detail::fa2_working_set_bytes(tq, tkv, D);
+  plan->limit_bytes = limit;
+  plan->target = isa_name(isa);
+  plan->source = source;
+  const std::int64_t q_tiles = (p.seq_q + tq - 1) / tq;
+  plan->work_items = q_tiles * p.batch * p.num_heads;
+  int threads = p.threads > 0 ? p.threads : default_thread_count();
+  if (const int cap = max_threads_from_env(); cap > 0 && cap < threads) threads = cap;
+  if (plan->work_items < threads) threads = static_cast<int>(plan->work_items);
+  plan->threads = threads;
+  plan->occupancy = threads <= 1 ? 1.0 : simulate_occupancy(p, tq, tkv, q_tiles, threads);
+  if (plan->working_set_bytes > limit) {
+    // Suggest the largest tile_q that fits with this tile_kv, else the
+    // largest square-ish pair below the request.
+    int fit_q = tq;
+    while (fit_q > 16 && detail::fa2_working_set_bytes(fit_q, tkv, D) > limit) fit_q /= 2;
+    std::string hint;
+    if (detail::fa2_working_set_bytes(fit_q, tkv, D) <= limit) {
+      hint = "use a smaller tile_q (" + std::to_string(fit_q) + " fits with tile_kv " + std::to_string(tkv) + ")";
+    } else {
+      int sq = tq, skv = tkv;
+      while ((sq > 16 || skv > 16) && detail::fa2_working_set_bytes(sq, skv, D) > limit) {
+        if (skv >= sq && skv > 16) skv /= 2; else sq /= 2;
+      }
+      hint = "use smaller tiles (" + std::to_string(sq) + "x" + std::to_string(skv) + " fits)";
+    }
+    return Status::Invalid("Error: Resource usage exceeds device limit. L2 working set: " + kib(plan->working_set_bytes) +
+                           " per thread for tiles " + std::to_string(tq) + "x" + std::to_string(tkv) + " at head_dim " +
+                           std::to_string(D) + " (limit: " + kib(limit) + " per core, " + plan->target + "); " + hint);
+  }
+  return Status::Ok();
+}
+
+}  // namespace fa

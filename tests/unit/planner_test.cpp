@@ -1,0 +1,146 @@
+// The tile planner: working-set arithmetic, the limit check, automatic
+// choice (target table, tuning cache), thread cap and occupancy.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "common/targets.h"
+#include "flash_attention/flash_attention.h"
+
+namespace {
+
+fa::AttentionParams shape(std::int64_t sq, std::int64_t skv, std::int64_t d) {
+  fa::AttentionParams p;
+  p.batch = 1;
+  p.num_heads = 2;
+  p.seq_q = sq;
+  p.seq_kv = skv;
+  p.head_dim = d;
+  return p;
+}
+
+// Scoped environment variable.
+struct EnvVar {
+  std::string name;
+  EnvVar(const char* n, const std::string& value) : name(n) { setenv(n, value.c_str(), 1); }
+  ~EnvVar() { unsetenv(name.c_str()); }
+};
+
+TEST(Planner, WorkingSetArithmetic) {
+  // Qᵀ + Oᵀ: 2 x 64 x 128; Sᵀ: 64 x 128; K + V: 2 x 64 x 64; rows: 3 x 128; all fp32.
+  EXPECT_EQ(fa::detail::fa2_working_set_bytes(128, 64, 64), 4u * (16384 + 8192 + 8192 + 384));
+  EXPECT_EQ(fa::detail::fa2_working_set_bytes(16, 16, 8), 4u * (256 + 256 + 256 + 48));
+}
+
+TEST(Planner, RequestedPlanThatFitsIsKept) {
+  fa::AttentionParams p = shape(1000, 1000, 64);
+  p.tile_q = 128;
+  p.tile_kv = 64;
+  fa::TilePlan plan;
+  ASSERT_TRUE(fa::fa2_plan(p, fa::DType::kBF16, &plan).ok());
+  EXPECT_EQ(plan.tile_q, 128);
+  EXPECT_EQ(plan.tile_kv, 64);
+  EXPECT_EQ(plan.source, "caller");
+  EXPECT_EQ(plan.working_set_bytes, fa::detail::fa2_working_set_bytes(128, 64, 64));
+  EXPECT_GT(plan.limit_bytes, 0u);
+}
+
+TEST(Planner, RequestedPlanBeyondTheBudgetIsRefusedWithTheGuidesMessage) {
+  fa::AttentionParams p = shape(4096, 4096, 256);
+  p.tile_q = 512;
+  p.tile_kv = 512;
+  fa::TilePlan plan;
+  const fa::Status s = fa::fa2_plan(p, fa::DType::kF16, &plan);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message().rfind("Error: Resource usage exceeds device limit.", 0), 0u) << s.message();
+  EXPECT_NE(s.message().find("3078 KiB per thread"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("limit: "), std::string::npos);
+  EXPECT_NE(s.message().find("fits"), std::string::npos) << "a suggestion: " << s.message();
+  // And fa2_forward refuses it the same way before touching any data.
+  fa::AttentionTensors t;  // never read: validation of tensors fails first or the plan does
+  EXPECT_FALSE(fa::fa2_forward(p, t).ok());
+}
+
+TEST(Planner, AutoUsesTheTargetTableAndShrinksToFit) {
+  fa::AttentionParams p = shape(4096, 4096, 64);
+  p.tile_q = fa::kTileAuto;
+  p.tile_kv = fa::kTileAuto;
+  EnvVar cache("FA_TUNING_CACHE", "/nonexistent/dir/cache.txt");
+  fa::TilePlan plan;
+  ASSERT_TRUE(fa::fa2_plan(p, fa::DType::kBF16, &plan).ok());
+  EXPECT_EQ(plan.source, "target table");
+  EXPECT_LE(plan.working_set_bytes, plan.limit_bytes);
+  const fa::detail::TileRow& last = fa::detail::kRecommendedTiles[std::size(fa::detail::kRecommendedTiles) - 1];
+  if (fa::detail::fa2_working_set_bytes(last.tile_q, last.tile_kv, 64) <= plan.limit_bytes) {
+    EXPECT_EQ(plan.tile_q, last.tile_q);
+    EXPECT_EQ(plan.tile_kv, last.tile_kv);
+  }
+  // Decoding: a Q tile longer than the queries is capped at 16.
+  p.seq_q = 1;
+  ASSERT_TRUE(fa::fa2_plan(p, fa::DType::kBF16, &plan).ok());
+  EXPECT_EQ(plan.tile_q, 16);
+}
+
+TEST(Planner, TuningCacheRoundTrip) {
+  char dir[] = "/tmp/fa_tuning_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/sub/cache.txt";
+  EnvVar cache("FA_TUNING_CACHE", path);
+  fa::AttentionParams p = shape(3000, 3000, 128);
+  p.causal = true;
+  fa::Isa isa;
+  ASSERT_TRUE(fa::fa2_select_isa(p, &isa).ok());
+  int tq = 0, tkv = 0;
+  EXPECT_FALSE(fa::tuning_cache_lookup(p, fa::DType::kBF16, isa, &tq, &tkv));
+  ASSERT_TRUE(fa::tuning_cache_store(p, fa::DType::kBF16, isa, 64, 32, 0.123).ok());
+  ASSERT_TRUE(fa::tuning_cache_lookup(p, fa::DType::kBF16, isa, &tq, &tkv));
+  EXPECT_EQ(tq, 64);
+  EXPECT_EQ(tkv, 32);
+  // Same shape class (3000 and 4096 share the 4096 bucket); other dtype or mask: no entry.
+  fa::AttentionParams same_class = p;
+  same_class.seq_q = same_class.seq_kv = 4096;
+  EXPECT_TRUE(fa::tuning_cache_lookup(same_class, fa::DType::kBF16, isa, &tq, &tkv));
+  EXPECT_FALSE(fa::tuning_cache_lookup(p, fa::DType::kF16, isa, &tq, &tkv));
+  fa::AttentionParams non_causal = p;
+  non_causal.causal = false;
+  EXPECT_FALSE(fa::tuning_cache_lookup(non_causal, fa::DType::kBF16, isa, &tq, &tkv));
+  // The file is what another process would read, and auto plans use it.
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(" = 64 32 0.123"), std::string::npos) << text;
+  p.tile_q = p.tile_kv = fa::kTileAuto;
+  fa::TilePlan plan;
+  ASSERT_TRUE(fa::fa2_plan(p, fa::DType::kBF16, &plan).ok());
+  EXPECT_EQ(plan.source, "tuning cache");
+  EXPECT_EQ(plan.tile_q, 64);
+  EXPECT_EQ(plan.tile_kv, 32);
+  EXPECT_FALSE(fa::tuning_cache_store(p, fa::DType::kBF16, isa, 100, 32, 1.0).ok());
+  std::remove(path.c_str());
+}
+
+TEST(Planner, ThreadCapAndOccupancy) {
+  fa::AttentionParams p = shape(128, 128, 64);  // 2 heads x 1 Q tile = 2 items
+  p.tile_q = 128;
+  p.tile_kv = 64;
+  p.threads = 8;
+  fa::TilePlan plan;
+  ASSERT_TRUE(fa::fa2_plan(p, fa::DType::kF32, &plan).ok());
+  EXPECT_EQ(plan.work_items, 2);
+  EXPECT_EQ(plan.threads, 2);  // never more threads than items
+  EXPECT_DOUBLE_EQ(plan.occupancy, 1.0);
+  p.num_heads = 3;  // 3 equal items on 2 threads: 3 / (2 x 2)
+  p.threads = 2;
+  ASSERT_TRUE(fa::fa2_plan(p, fa::DType::kF32, &plan).ok());
+  EXPECT_NEAR(plan.occupancy, 0.75, 1e-9);
+  {
+    EnvVar cap("FA_MAX_THREADS", "1");
+    ASSERT_TRUE(fa::fa2_plan(p, fa::DType::kF32, &plan).ok());
+    EXPECT_EQ(plan.threads, 1);
+    EXPECT_DOUBLE_EQ(plan.occupancy, 1.0);
+  }
+}
+
+}  // namespace
