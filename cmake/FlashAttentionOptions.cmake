@@ -75,7 +75,9 @@ set(FA_ISA_FLAGS_avx2 -mavx2 -mfma -mf16c)
 set(FA_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -Wno-maybe-uninitialized)
 
 if(FA_SPLIT_ENABLE)
-  message(STATUS "FA_SPLIT_ENABLE=ON: split-KV is not implemented yet; every call runs unsplit")
+  message(STATUS "FA Split-KV: ON (calls split the keys when threads would idle; chunks >= ${FA_SPLIT_THRESHOLD} keys)")
+else()
+  message(STATUS "FA Split-KV: OFF (calls split only when asked: num_splits / --num-splits)")
 endif()
 if(NOT FA_MIXED_PRECISION_SOFTMAX)
   message(STATUS "FA_MIXED_PRECISION_SOFTMAX=OFF: the fp16 softmax is not implemented yet; "

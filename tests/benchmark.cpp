@@ -45,7 +45,8 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"warmup-runs", K::kInt, "N", "untimed runs before timing (default 2)"},
       {"tile-q", K::kString, "N|auto", "Q tile rows, a power of two from 16 to 512, or auto (default: FA_TILE_Q)"},
       {"tile-kv", K::kString, "N|auto", "K/V tile rows, a power of two from 16 to 512, or auto (default: FA_TILE_KV)"},
-      {"threads", K::kInt, "N", "threads (default: every core this process may use)"},
+      {"threads", K::kInt, "N", "threads (default: every core this process may use, capped by FA_MAX_THREADS)"},
+      {"num-splits", K::kString, "N|auto", "split-KV chunks: 1 = unsplit, N, or auto (default: auto with FA_SPLIT_ENABLE=ON, else 1)"},
       {"seed", K::kInt, "N", "seed of the random inputs used when no input files are given (default 1)"},
       {"isa", K::kString, "generic|avx2|avx512", "kernel path (default: FA_ISA, else the fastest this CPU runs)"},
       {"no-probe", K::kBool, "", "skip the start-up measurement of the vector unit's peak (no Utilization line)"},
@@ -124,6 +125,10 @@ Options read_options(const Args& a) {
     (std::string(flag) == "tile-q" ? p.tile_q : p.tile_kv) = static_cast<int>(t);
   }
   p.threads = static_cast<int>(a.integer("threads", 0, 1, fa::kMaxThreads));
+  if (a.has("num-splits")) {
+    p.num_splits = a.str("num-splits") == "auto" ? fa::kSplitsAuto
+                                                 : static_cast<int>(a.integer("num-splits", 1, 1, fa::kMaxSplits));
+  }
   o.seed = static_cast<std::uint64_t>(a.integer("seed", 1, 0, std::numeric_limits<std::int64_t>::max()));
   o.input_q = a.str("input-q");
   o.input_k = a.str("input-k");
@@ -308,13 +313,13 @@ int run(int argc, char** argv) {
                   "{\"version\": \"%s\", \"batch\": %lld, \"seq_q\": %lld, \"seq_kv\": %lld, \"num_heads\": %lld, "
                   "\"num_kv_heads\": %lld, \"head_dim\": %lld, \"dtype\": \"%s\", \"layout\": \"%s\", "
                   "\"causal\": %s, \"mask\": %s, \"tile_q\": %d, \"tile_kv\": %d, \"tile_source\": \"%s\", "
-                  "\"l2_working_set_bytes\": %zu, \"l2_limit_bytes\": %zu, \"threads\": %d, \"core_occupancy_percent\": %.1f, "
+                  "\"l2_working_set_bytes\": %zu, \"l2_limit_bytes\": %zu, \"threads\": %d, \"core_occupancy_percent\": %.1f, \"num_splits\": %d, "
                   "\"kernel\": \"%s\", ",
                   fa::cli::kVersionTag, (long long)B, (long long)Sq, (long long)Skv, (long long)H, (long long)Hkv,
                   (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(),
                   std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
                   p.mask ? "true" : "false", tq, tkv, plan.source.c_str(), plan.working_set_bytes, plan.limit_bytes,
-                  used_threads, 100.0 * plan.occupancy, std::string(fa::isa_name(isa)).c_str());
+                  used_threads, 100.0 * plan.occupancy, plan.num_splits, std::string(fa::isa_name(isa)).c_str());
     std::cout << line;
     std::snprintf(line, sizeof line,
                   "\"latency_ms\": %.6f, \"latency_min_ms\": %.6f, \"latency_max_ms\": %.6f, \"runs\": %d, "
@@ -347,6 +352,11 @@ int run(int argc, char** argv) {
     std::snprintf(line, sizeof line, "Core occupancy: %.1f%% (%lld work items on %d threads)\n", 100.0 * plan.occupancy,
                   static_cast<long long>(plan.work_items), used_threads);
     std::cout << line;
+    if (plan.num_splits > 1) {
+      std::snprintf(line, sizeof line, "Split-KV: %d chunks of %lld keys\n", plan.num_splits,
+                    static_cast<long long>(plan.split_keys));
+      std::cout << line;
+    }
     std::cout << "Kernel: " << fa::isa_name(isa) << "\n";
     std::snprintf(line, sizeof line, "Latency: %.4f ms (min %.4f, max %.4f over %d runs)\n", median,
                   sorted.front(), sorted.back(), o.num_runs);

@@ -21,7 +21,8 @@ struct Shape {
   std::int64_t batch, seq_q, seq_kv, heads, kv_heads, head_dim;
 };
 
-CaseSpec make_case(DType dtype, Layout layout, MaskMode mask, Shape s, int tile_q, int tile_kv, int threads) {
+CaseSpec make_case(DType dtype, Layout layout, MaskMode mask, Shape s, int tile_q, int tile_kv, int threads,
+                   int splits = 1) {
   CaseSpec c;
   c.dtype = dtype;
   c.layout = layout;
@@ -35,6 +36,7 @@ CaseSpec make_case(DType dtype, Layout layout, MaskMode mask, Shape s, int tile_
   c.params.tile_q = tile_q;
   c.params.tile_kv = tile_kv;
   c.params.threads = threads;
+  c.params.num_splits = splits;
   return c;
 }
 
@@ -57,6 +59,12 @@ std::vector<CaseSpec> build_matrix(DType dtype, bool quick) {
       cases.push_back(make_case(dtype, Layout::kBSH, mask, s, 64, 32, 2));
     }
   }
+  // Split-KV: decoding over a long cache, causal with seq_q != seq_kv (chunks
+  // that see no key), an explicit mask, and the planner's automatic choice.
+  cases.push_back(make_case(dtype, Layout::kBSH, MaskMode::kNone, Shape{1, 1, 1000, 2, 1, 64}, 16, 64, 2, 4));
+  cases.push_back(make_case(dtype, Layout::kBNSD, MaskMode::kCausal, Shape{1, 40, 300, 2, 2, 32}, 16, 32, 2, 5));
+  cases.push_back(make_case(dtype, Layout::kBSH, MaskMode::kCausalAndExplicit, Shape{2, 77, 77, 2, 1, 40}, 32, 16, 3, 3));
+  cases.push_back(make_case(dtype, Layout::kBSH, MaskMode::kCausal, Shape{1, 3, 700, 1, 1, 64}, 16, 32, 2, fa::kSplitsAuto));
   // GQA and MQA.
   for (Shape s : {Shape{1, 96, 96, 8, 1, 64}, Shape{2, 50, 70, 6, 3, 48}}) {
     cases.push_back(make_case(dtype, Layout::kBNSD, MaskMode::kCausal, s, 32, 32, 2));

@@ -90,6 +90,8 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   job.tile_kv = tkv;
   job.threads = 1;
   job.q_tiles = 1;
+  job.num_splits = 1;
+  job.split_keys = seq_kv;
   const double item = ns_per_call([&] { run_item<DT, false>(job, 0, w); }, cfg.seconds);
   r.item_overhead_ns = item - cfg.tiles_per_item * t4;
   r.peak_gflops_one_thread = fma_peak_one_thread(cfg.seconds);

@@ -199,6 +199,10 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
                              std::to_string(tile) + ")");
     }
   }
+  if (p.num_splits < kSplitsAuto || p.num_splits > kMaxSplits) {
+    return Status::Invalid("num_splits must be 1 ... " + std::to_string(kMaxSplits) +
+                           ", kSplitsAuto or 0 for the default (got " + std::to_string(p.num_splits) + ")");
+  }
   const DType dt = t.q.dtype;
   if (Status s = check_view("Q", t.q, p.batch, p.num_heads, p.seq_q, p.head_dim, dt); !s.ok()) return s;
   if (Status s = check_view("K", t.k, p.batch, p.kv_heads(), p.seq_kv, p.head_dim, dt); !s.ok()) return s;

@@ -1,5 +1,5 @@
-// Build-time tile defaults (the FA_TILE_Q / FA_TILE_KV CMake options) and the
-// software-prefetch switch (FA_ENABLE_ASYNC), in one place.
+// Build-time defaults: tiles (FA_TILE_Q / FA_TILE_KV), software prefetch
+// (FA_ENABLE_ASYNC) and split-KV (FA_SPLIT_ENABLE / FA_SPLIT_THRESHOLD).
 #pragma once
 
 #ifndef FA_TILE_Q
@@ -11,12 +11,20 @@
 #ifndef FA_ENABLE_ASYNC
 #define FA_ENABLE_ASYNC 0
 #endif
+#ifndef FA_SPLIT_ENABLE
+#define FA_SPLIT_ENABLE 0
+#endif
+#ifndef FA_SPLIT_THRESHOLD
+#define FA_SPLIT_THRESHOLD 128
+#endif
 
 namespace fa::detail {
 
 inline constexpr int kDefaultTileQ = FA_TILE_Q;
 inline constexpr int kDefaultTileKv = FA_TILE_KV;
 inline constexpr bool kAsyncPrefetch = FA_ENABLE_ASYNC != 0;
+inline constexpr bool kSplitByDefault = FA_SPLIT_ENABLE != 0;
+inline constexpr int kSplitThreshold = FA_SPLIT_THRESHOLD;
 
 // -1 (kTileAuto) leaves the choice to the planner.
 static_assert(kDefaultTileQ == -1 || ((kDefaultTileQ & (kDefaultTileQ - 1)) == 0 && kDefaultTileQ >= 16 && kDefaultTileQ <= 512),

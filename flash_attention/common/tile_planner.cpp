@@ -102,18 +102,22 @@ int max_threads_from_env() {
 
 // Items are handed out longest first (last Q tiles first); each goes to the
 // thread that frees up first.  Cost of an item = K/V tiles it visits.
-double simulate_occupancy(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, int threads) {
+double simulate_occupancy(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, int splits,
+                          std::int64_t split_keys, int threads) {
   std::vector<double> busy(static_cast<std::size_t>(threads), 0.0);
   double total = 0.0;
   for (std::int64_t qt = q_tiles - 1; qt >= 0; --qt) {
     const std::int64_t last_row = std::min<std::int64_t>((qt + 1) * tq, p.seq_q) - 1;
     std::int64_t kv_end = p.seq_kv;
     if (p.causal) kv_end = std::clamp<std::int64_t>(last_row + p.seq_kv - p.seq_q + 1, 0, p.seq_kv);
-    const double cost = double((kv_end + tkv - 1) / tkv) + 0.05;  // + the per-item epilogue
-    for (std::int64_t bh = 0; bh < p.batch * p.num_heads; ++bh) {
-      auto it = std::min_element(busy.begin(), busy.end());
-      *it += cost;
-      total += cost;
+    for (int s = 0; s < splits; ++s) {
+      const std::int64_t keys = std::clamp<std::int64_t>(kv_end - s * split_keys, 0, split_keys);
+      const double cost = double((keys + tkv - 1) / tkv) + 0.05;  // + the per-item epilogue
+      for (std::int64_t bh = 0; bh < p.batch * p.num_heads; ++bh) {
+        auto it = std::min_element(busy.begin(), busy.end());
+        *it += cost;
+        total += cost;
+      }
     }
   }
   const double longest = *std::max_element(busy.begin(), busy.end());
@@ -219,12 +223,33 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
   plan->target = isa_name(isa);
   plan->source = source;
   const std::int64_t q_tiles = (p.seq_q + tq - 1) / tq;
-  plan->work_items = q_tiles * p.batch * p.num_heads;
+  const std::int64_t unsplit_items = q_tiles * p.batch * p.num_heads;
   int threads = p.threads > 0 ? p.threads : default_thread_count();
   if (const int cap = max_threads_from_env(); cap > 0 && cap < threads) threads = cap;
+
+  // Split-KV: chunks of whole K/V tiles, at least FA_SPLIT_THRESHOLD keys.
+  // Auto splits only when the unsplit items would leave threads idle (the
+  // decoding case), aiming at two items per thread.
+  int want = p.num_splits != 0 ? p.num_splits : (detail::kSplitByDefault ? kSplitsAuto : 1);
+  if (want == kSplitsAuto) {
+    want = 1;
+    if (unsplit_items < threads) {
+      const std::int64_t max_chunks = std::max<std::int64_t>(1, p.seq_kv / std::max(detail::kSplitThreshold, tkv));
+      want = static_cast<int>(std::min<std::int64_t>({max_chunks, (2 * threads + unsplit_items - 1) / unsplit_items,
+                                                      std::int64_t{kMaxSplits}}));
+    }
+  }
+  std::int64_t split_keys = p.seq_kv;
+  if (want > 1) {
+    const std::int64_t per = (p.seq_kv + want - 1) / want;
+    split_keys = (per + tkv - 1) / tkv * tkv;
+  }
+  plan->num_splits = static_cast<int>((p.seq_kv + split_keys - 1) / split_keys);
+  plan->split_keys = split_keys;
+  plan->work_items = unsplit_items * plan->num_splits;
   if (plan->work_items < threads) threads = static_cast<int>(plan->work_items);
   plan->threads = threads;
-  plan->occupancy = threads <= 1 ? 1.0 : simulate_occupancy(p, tq, tkv, q_tiles, threads);
+  plan->occupancy = threads <= 1 ? 1.0 : simulate_occupancy(p, tq, tkv, q_tiles, plan->num_splits, split_keys, threads);
   if (plan->working_set_bytes > limit) {
     // Suggest the largest tile_q that fits with this tile_kv, else the
     // largest square-ish pair below the request.

@@ -11,6 +11,11 @@
 #include <new>
 #include <string>
 
+#include <cmath>
+#include <limits>
+
+#include "../common/dtype_convert.h"
+#include "../common/thread_pool.h"
 #include "../common/tile_config.h"
 #include "../kernels/kernel_table.h"
 #include "flash_attention/flash_attention.h"
@@ -41,6 +46,42 @@ struct FreeDeleter {
   void operator()(float* p) const { std::free(p); }
 };
 
+// Split-KV combine: O = sum_s exp(lse_s - lse) O_s with lse = log sum_s
+// exp(lse_s), exact up to rounding; chunks that saw no key (lse_s = -inf)
+// drop out, and a row no chunk attended stays 0 with lse -inf.
+void combine_splits(const detail::Fa2Job& job, const TilePlan& plan) {
+  const std::int64_t BH = job.batch * job.heads, Sq = job.seq_q, D = job.head_dim;
+  const std::size_t es = dtype_size(job.dtype);
+  constexpr std::int64_t kRowsPerItem = 16;
+  const std::int64_t row_blocks = (Sq + kRowsPerItem - 1) / kRowsPerItem;
+  detail::ThreadPool::global().parallel_for(BH * row_blocks, plan.threads, [&](std::int64_t item, int) {
+    const std::int64_t bh = item / row_blocks, b = bh / job.heads, h = bh % job.heads;
+    const std::int64_t i_begin = (item % row_blocks) * kRowsPerItem;
+    const std::int64_t i_end = i_begin + kRowsPerItem < Sq ? i_begin + kRowsPerItem : Sq;
+    float acc[kMaxHeadDim];
+    for (std::int64_t i = i_begin; i < i_end; ++i) {
+      float m = -std::numeric_limits<float>::infinity();
+      for (int s = 0; s < job.num_splits; ++s) m = std::max(m, job.partial_lse[(s * BH + bh) * Sq + i]);
+      for (std::int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
+      float sum = 0.0f;
+      if (m != -std::numeric_limits<float>::infinity()) {
+        for (int s = 0; s < job.num_splits; ++s) {
+          const float lse_s = job.partial_lse[(s * BH + bh) * Sq + i];
+          if (lse_s == -std::numeric_limits<float>::infinity()) continue;
+          const float w = std::exp(lse_s - m);
+          sum += w;
+          const float* po = job.partial_o + ((s * BH + bh) * Sq + i) * D;
+          for (std::int64_t d = 0; d < D; ++d) acc[d] += w * po[d];
+        }
+      }
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      char* orow = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + i * job.o_strides[2]) * es;
+      for (std::int64_t d = 0; d < D; ++d) detail::store_from_f32(orow, job.dtype, d, acc[d] * inv);
+      if (job.lse) job.lse[bh * Sq + i] = sum > 0.0f ? m + std::log(sum) : -std::numeric_limits<float>::infinity();
+    }
+  });
+}
+
 bool verbose() {
   static const bool on = [] {
     const char* v = std::getenv("FA_VERBOSE");
@@ -61,8 +102,12 @@ std::size_t fa2_workspace_bytes(const AttentionParams& p, int threads) {
   if (!table || !fa2_plan(p, DType::kF32, &tiles).ok()) return 0;
   const Plan plan = make_plan(p, tiles);
   const int n = threads > 0 ? threads : plan.threads;
-  return table->fa2_workspace_floats(plan.tile_q, plan.tile_kv, static_cast<int>(p.head_dim)) * sizeof(float) *
-         static_cast<std::size_t>(n);
+  const std::size_t partials = tiles.num_splits > 1 ? static_cast<std::size_t>(tiles.num_splits) *
+                                                          static_cast<std::size_t>(p.batch * p.num_heads * p.seq_q) *
+                                                          static_cast<std::size_t>(p.head_dim + 1)
+                                                    : 0;
+  return (table->fa2_workspace_floats(plan.tile_q, plan.tile_kv, static_cast<int>(p.head_dim)) *
+              static_cast<std::size_t>(n) + partials) * sizeof(float);
 }
 
 Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
@@ -75,7 +120,12 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   const Plan plan = make_plan(p, tiles);
 
   const std::size_t per_thread = table->fa2_workspace_floats(plan.tile_q, plan.tile_kv, static_cast<int>(p.head_dim));
-  const std::size_t bytes = per_thread * sizeof(float) * static_cast<std::size_t>(plan.threads);
+  const std::size_t scratch_floats = per_thread * static_cast<std::size_t>(plan.threads);
+  // Split-KV partials live after the per-thread scratch.
+  const std::size_t rows = static_cast<std::size_t>(p.batch * p.num_heads * p.seq_q);
+  const std::size_t partial_floats =
+      tiles.num_splits > 1 ? static_cast<std::size_t>(tiles.num_splits) * rows * (static_cast<std::size_t>(p.head_dim) + 1) : 0;
+  const std::size_t bytes = (scratch_floats + partial_floats) * sizeof(float);
   std::unique_ptr<float, FreeDeleter> scratch(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) & ~std::size_t{63})));
   if (!scratch) {
     return Status::OutOfMemory("fa2_forward: could not allocate " + std::to_string(bytes) + " bytes of workspace");
@@ -109,19 +159,24 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   job.q_tiles = plan.q_tiles;
   job.scratch = scratch.get();
   job.per_thread_floats = per_thread;
+  job.num_splits = tiles.num_splits;
+  job.split_keys = tiles.split_keys;
+  job.partial_o = tiles.num_splits > 1 ? scratch.get() + scratch_floats : nullptr;
+  job.partial_lse = tiles.num_splits > 1 ? job.partial_o + static_cast<std::size_t>(tiles.num_splits) * rows * p.head_dim : nullptr;
 
   if (verbose()) {
     std::fprintf(stderr,
-                 "fa2_forward: path=%s tile=%dx%d (%s, L2 working set %zu of %zu bytes) threads=%d items=%lld dtype=%s B=%lld Sq=%lld Skv=%lld H=%lld "
+                 "fa2_forward: path=%s tile=%dx%d (%s, L2 working set %zu of %zu bytes) splits=%d threads=%d items=%lld dtype=%s B=%lld Sq=%lld Skv=%lld H=%lld "
                  "Hkv=%lld D=%lld causal=%d mask=%d workspace=%zu bytes\n",
                  table->name, plan.tile_q, plan.tile_kv, tiles.source.c_str(), tiles.working_set_bytes,
-                 tiles.limit_bytes, plan.threads,
+                 tiles.limit_bytes, tiles.num_splits, plan.threads,
                  static_cast<long long>(plan.q_tiles * p.batch * p.num_heads), std::string(dtype_name(job.dtype)).c_str(),
                  static_cast<long long>(p.batch), static_cast<long long>(p.seq_q), static_cast<long long>(p.seq_kv),
                  static_cast<long long>(p.num_heads), static_cast<long long>(p.kv_heads()),
                  static_cast<long long>(p.head_dim), p.causal ? 1 : 0, p.mask ? 1 : 0, bytes);
   }
   table->fa2_run(job);
+  if (job.num_splits > 1) combine_splits(job, tiles);
   return Status::Ok();
 }
 

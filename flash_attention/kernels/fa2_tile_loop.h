@@ -205,8 +205,10 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   constexpr int W = Vec::W;
   const std::int64_t BH = job.batch * job.heads;
   // Last Q tiles first: under a causal mask they see the most keys, and
-  // handing out the longest work first balances the threads.
-  const std::int64_t qt_index = job.q_tiles - 1 - item / BH;
+  // handing out the longest work first balances the threads.  Within a Q
+  // tile: chunk (split) by chunk, then (batch, head).
+  const std::int64_t qt_index = job.q_tiles - 1 - item / (BH * job.num_splits);
+  const std::int64_t split = (item / BH) % job.num_splits;
   const std::int64_t bh = item % BH;
   const std::int64_t b = bh / job.heads, h = bh % job.heads, hk = h / job.kv_group;
   const int D = static_cast<int>(job.head_dim);
@@ -215,7 +217,9 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   const int rows = static_cast<int>(job.seq_q - i0 < tq ? job.seq_q - i0 : tq);
   const int nvec = (rows + W - 1) / W;  // query-row vectors actually in use
   const int width = nvec * W;
-  const std::int64_t kv_end = job.causal ? causal_key_end(job, i0 + rows - 1) : job.seq_kv;
+  const std::int64_t kv_begin = split * job.split_keys;
+  std::int64_t kv_end = job.causal ? causal_key_end(job, i0 + rows - 1) : job.seq_kv;
+  if (kv_end > kv_begin + job.split_keys) kv_end = kv_begin + job.split_keys;
   const std::size_t es = dtype_size(DT);
 
   const char* qbase = static_cast<const char*>(job.q) + (b * job.q_strides[0] + h * job.q_strides[1] + i0 * job.q_strides[2]) * es;
@@ -244,7 +248,7 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
     Vec::store(w.l + j * W, Vec::zero());
   }
 
-  for (std::int64_t j0 = 0; j0 < kv_end; j0 += tkv) {
+  for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
     if constexpr (kPrefetch) {  // FA_ENABLE_ASYNC: start loading the next K/V tile now
       const std::int64_t j1 = j0 + tkv;
@@ -298,6 +302,22 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   }
 
   // Epilogue: normalize once; a row that attended nothing outputs zeros.
+  if (job.num_splits > 1) {  // a chunk's normalized fp32 partial, combined later
+    for (int r = 0; r < rows; ++r) w.alpha[r] = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f;
+    float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i0) * D;
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+      const int r1 = r0 + 16 < rows ? r0 + 16 : rows;
+      for (int d0 = 0; d0 < D; d0 += 16) {
+        const int d1 = d0 + 16 < D ? d0 + 16 : D;
+        for (int r = r0; r < r1; ++r) {
+          for (int d = d0; d < d1; ++d) po[std::int64_t(r) * D + d] = w.ot[std::int64_t(d) * tq + r] * w.alpha[r];
+        }
+      }
+    }
+    float* plse = job.partial_lse + (split * BH + bh) * job.seq_q + i0;
+    for (int r = 0; r < rows; ++r) plse[r] = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
+    return;
+  }
   char* obase = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + i0 * job.o_strides[2]) * es;
   for (int r = 0; r < rows; ++r) w.alpha[r] = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f;  // alpha is free now
   for (int r0 = 0; r0 < rows; r0 += 16) {
@@ -318,7 +338,7 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
 
 template <DType DT, bool kPrefetch>
 void run_all(const Fa2Job& job) {
-  const std::int64_t items = job.q_tiles * job.batch * job.heads;
+  const std::int64_t items = job.q_tiles * job.batch * job.heads * job.num_splits;
   detail::ThreadPool::global().parallel_for(items, job.threads, [&job](std::int64_t item, int worker) {
     const Workspace w = Workspace::carve(job.scratch + job.per_thread_floats * worker, job.tile_q, job.tile_kv,
                                          static_cast<int>(job.head_dim));

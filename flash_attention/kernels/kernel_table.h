@@ -28,6 +28,14 @@ struct Fa2Job {
   std::int64_t q_tiles;
   float* scratch;          // threads * per_thread_floats floats, 64-byte aligned
   std::size_t per_thread_floats;
+  // Split-KV: keys [s * split_keys, (s + 1) * split_keys) form chunk s.  With
+  // more than one chunk, items write normalized fp32 partial outputs
+  // [split][batch * heads][seq_q][head_dim] and natural-log LSEs
+  // [split][batch * heads][seq_q] instead of O, and the dispatcher combines.
+  int num_splits;
+  std::int64_t split_keys;
+  float* partial_o;
+  float* partial_lse;
 };
 
 struct KernelTable {

@@ -38,6 +38,9 @@ std::string describe(const CaseSpec& s) {
       << "x" << (p.tile_kv ? p.tile_kv : default_tile_kv()) << " threads=" << p.threads;
   if (s.input_scale != 1.0) out << " input_scale=" << s.input_scale;
   if (p.isa) out << " isa=" << isa_name(*p.isa);
+  if (p.num_splits != 0 && p.num_splits != 1) {
+    out << " splits=" << (p.num_splits == kSplitsAuto ? std::string("auto") : std::to_string(p.num_splits));
+  }
   return out.str();
 }
 

@@ -44,6 +44,8 @@ CaseSpec random_case(DType dtype, std::uint32_t seed) {
   p.tile_kv = 16 << pick(0, 4);
   p.threads = pick(1, 4);
   if (pick(0, 4) == 0) p.scale = 0.05f + 0.2f * static_cast<float>(pick(0, 10));
+  const int splits[] = {1, 1, 2, 3, 7, fa::kSplitsAuto};
+  p.num_splits = splits[pick(0, 5)];
   return c;
 }
 
@@ -197,6 +199,56 @@ TEST_P(EdgeCases, ResultDoesNotDependOnThreadCount) {
   p.threads = 5;
   const ForwardRun five = run_forward(p, isa(), dtype(), q, k, v);
   EXPECT_EQ(0, std::memcmp(one.out.data(), five.out.data(), one.out.size() * sizeof(float)));
+}
+
+// Split or not, every mask mode gives the same output within the dtype's
+// rounding (the combine is exact up to fp32 rounding), and the same LSE.
+TEST_P(EdgeCases, SplitMatchesUnsplitForEveryMaskMode) {
+  for (MaskMode mode : {MaskMode::kNone, MaskMode::kCausal, MaskMode::kExplicit, MaskMode::kCausalAndExplicit}) {
+    CaseSpec c;
+    c.dtype = dtype();
+    c.mask = mode;
+    c.seed = 77 + static_cast<int>(mode);
+    c.params.batch = 2;
+    c.params.seq_q = 37;
+    c.params.seq_kv = 411;
+    c.params.num_heads = 4;
+    c.params.num_kv_heads = 2;
+    c.params.head_dim = 48;
+    c.params.tile_q = 16;
+    c.params.tile_kv = 32;
+    c.params.threads = 3;
+    c.params.isa = isa();
+    for (int splits : {1, 2, 5, 13}) {
+      c.params.num_splits = splits;
+      const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
+      ASSERT_TRUE(r.status.ok()) << r.status.message();
+      EXPECT_EQ(r.nonfinite, 0);
+      EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(dtype())) << fa::cli::describe(c);
+      EXPECT_LE(r.lse_max_error, fa::cli::kLseBound) << fa::cli::describe(c);
+    }
+  }
+}
+
+TEST_P(EdgeCases, SplitPlanIsWholeTilesAndCoversTheKeys) {
+  fa::AttentionParams p;
+  p.seq_q = 1;
+  p.seq_kv = 32768;
+  p.num_heads = 1;
+  p.head_dim = 128;
+  p.tile_kv = 64;
+  p.threads = 4;
+  p.isa = isa();
+  p.num_splits = fa::kSplitsAuto;
+  fa::TilePlan plan;
+  ASSERT_TRUE(fa::fa2_plan(p, dtype(), &plan).ok());
+  EXPECT_GT(plan.num_splits, 1) << "one query row, one head: auto must split";
+  EXPECT_EQ(plan.split_keys % plan.tile_kv, 0);
+  EXPECT_GE(plan.split_keys * plan.num_splits, p.seq_kv);
+  EXPECT_LT(plan.split_keys * (plan.num_splits - 1), p.seq_kv);
+  p.num_heads = 64;  // enough items for every thread: auto does not split
+  ASSERT_TRUE(fa::fa2_plan(p, dtype(), &plan).ok());
+  EXPECT_EQ(plan.num_splits, 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, EdgeCases, ::testing::Combine(kPaths, kDtypes), [](const auto& info) {

@@ -23,6 +23,10 @@ namespace fa {
 
 // tile_q / tile_kv value asking the planner to choose.
 inline constexpr int kTileAuto = -1;
+// num_splits value asking the planner to choose (split only when the
+// (batch, head, Q tile) items leave threads idle).
+inline constexpr int kSplitsAuto = -1;
+inline constexpr int kMaxSplits = 1024;
 
 // Largest head_dim the kernels accept (multiples of 8 up to this).
 inline constexpr std::int64_t kMaxHeadDim = 256;
@@ -138,6 +142,12 @@ struct FA_API AttentionParams {
   // per-core L2 budget.
   int tile_q = 0;
   int tile_kv = 0;
+  // Split-KV: the keys are cut into chunks (of at least FA_SPLIT_THRESHOLD
+  // keys, whole K/V tiles) computed in parallel, each giving a partial output
+  // and log-sum-exp, combined exactly.  1 = unsplit, N = at most N chunks,
+  // kSplitsAuto = the planner decides, 0 = the build's default (auto with
+  // FA_SPLIT_ENABLE=ON, else 1).
+  int num_splits = 0;
   // Kernel path; unset means the FA_ISA environment variable when set, else
   // the fastest path this build and CPU have.
   std::optional<Isa> isa;
@@ -208,6 +218,8 @@ struct TilePlan {
   // How evenly the items fill the threads: total work / (threads x the
   // longest thread's work), from the scheduler's own order (longest first).
   double occupancy = 0.0;
+  int num_splits = 1;                 // K/V chunks per (batch, head, Q tile)
+  std::int64_t split_keys = 0;        // keys per chunk (a multiple of tile_kv)
 };
 
 // Resolves the tiles fa2_forward would use and checks them against the
