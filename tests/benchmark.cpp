@@ -3,6 +3,8 @@
 //   Latency: <median ms> ms / Throughput: <x> TFLOPS / Peak Memory: <MB> MB
 //   (and with --check) Max Abs Error: <e>
 // Exit status: 0 success, 1 --check failed, 2 bad input.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -52,6 +54,9 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"no-probe", K::kBool, "", "skip the start-up measurement of the vector unit's peak (no Utilization line)"},
       {"output", K::kString, "PATH", "write O as [batch, seq_q, heads*head_dim] in --dtype"},
       {"check", K::kBool, "", "compare O with the float64 reference; exit 1 when out of tolerance"},
+      {"sweep", K::kBool, "", "time every tile of --sweep-tiles, print each and the best, store the best in the tuning cache"},
+      {"sweep-tiles", K::kString, "QxKV,...", "tiles for --sweep (default: the guide's grid, Q 64/128/256 x KV 32/64/128)"},
+      {"no-cache-update", K::kBool, "", "with --sweep: do not write the tuning cache"},
       {"json", K::kBool, "", "print one JSON object instead of text lines"},
       {"help", K::kBool, "", "print this help"},
   };
@@ -65,7 +70,32 @@ struct Options {
   int num_runs = 10, warmup_runs = 2;
   std::uint64_t seed = 1;
   bool check = false, json = false, probe = true;
+  bool sweep = false, cache_update = true;
+  std::vector<std::pair<int, int>> sweep_tiles;
 };
+
+bool is_tile(std::int64_t t) { return t >= 16 && t <= 512 && (t & (t - 1)) == 0; }
+
+// "64x32,128x64" -> {(64, 32), (128, 64)}.
+std::vector<std::pair<int, int>> parse_tile_list(const std::string& text) {
+  std::vector<std::pair<int, int>> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    const std::size_t x = item.find('x');
+    char* end1 = nullptr;
+    char* end2 = nullptr;
+    const long q = x == std::string::npos ? 0 : std::strtol(item.c_str(), &end1, 10);
+    const long kv = x == std::string::npos ? 0 : std::strtol(item.c_str() + x + 1, &end2, 10);
+    if (x == std::string::npos || end1 != item.c_str() + x || *end2 != '\0' || !is_tile(q) || !is_tile(kv)) {
+      throw UsageError("--sweep-tiles: '" + item + "' is not QxKV with powers of two from 16 to 512 (e.g. 128x64)");
+    }
+    out.emplace_back(static_cast<int>(q), static_cast<int>(kv));
+    pos = comma + 1;
+  }
+  return out;
+}
 
 // The unit a path's kernels run on, for the Utilization line.
 const char* unit_name(fa::Isa isa) {
@@ -146,6 +176,9 @@ Options read_options(const Args& a) {
     p.isa = *isa;
   }
   o.probe = !a.flag("no-probe");
+  o.sweep = a.flag("sweep");
+  o.cache_update = !a.flag("no-cache-update");
+  o.sweep_tiles = parse_tile_list(a.str("sweep-tiles", "64x32,64x64,64x128,128x32,128x64,128x128,256x32,256x64,256x128"));
   o.check = a.flag("check");
   o.json = a.flag("json");
   return o;
@@ -168,6 +201,79 @@ std::string shape_text(std::int64_t b, std::int64_t s, std::int64_t h, std::int6
   return "[batch=" + std::to_string(b) + ", seq=" + std::to_string(s) + ", heads=" + std::to_string(h) +
          ", head_dim=" + std::to_string(d) + "] " + std::string(fa::dtype_name(dt)) + " in " +
          std::string(fa::layout_name(layout));
+}
+
+double median_of(const std::vector<double>& sorted) {
+  const std::size_t n = sorted.size();
+  return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+}
+
+// --sweep: every tile of the list on the same inputs; plans the planner
+// refuses are listed as EXCEEDS_LIMIT, not run.  The best goes to the
+// tuning cache that --tile-q=auto reads.
+template <class TimeRuns>
+int run_sweep(const Options& o, const fa::AttentionParams& p, fa::Isa isa, double flops, TimeRuns&& time_runs) {
+  struct Row {
+    int tile_q, tile_kv;
+    double latency_ms, tflops;
+    std::string status;
+  };
+  std::vector<Row> rows;
+  const bool bar = ::isatty(2);  // progress on a terminal; results go to stdout
+  const std::size_t n = o.sweep_tiles.size();
+  if (!o.json) std::printf("%8s %8s %12s %14s\n", "Tile_Q", "Tile_KV", "Throughput", "Status");
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto [tq, tkv] = o.sweep_tiles[i];
+    if (bar) {
+      const int done = static_cast<int>(30 * i / n);
+      std::fprintf(stderr, "\r[%s%s] %zu/%zu tile %dx%d ", std::string(done, '#').c_str(),
+                   std::string(30 - done, '.').c_str(), i, n, tq, tkv);
+      std::fflush(stderr);
+    }
+    fa::AttentionParams sp = p;
+    sp.tile_q = tq;
+    sp.tile_kv = tkv;
+    fa::TilePlan plan;
+    Row row{tq, tkv, 0.0, 0.0, "OK"};
+    if (!fa::fa2_plan(sp, o.dtype, &plan).ok()) {
+      row.status = "EXCEEDS_LIMIT";
+    } else {
+      row.latency_ms = median_of(time_runs(sp));
+      row.tflops = flops / (row.latency_ms * 1e-3) / 1e12;
+    }
+    rows.push_back(row);
+    if (bar) std::fprintf(stderr, "\r%60s\r", "");
+    if (o.json) {
+      std::printf("{\"tile_q\": %d, \"tile_kv\": %d, \"latency_ms\": %.6f, \"throughput_tflops\": %.6f, \"status\": \"%s\"}\n",
+                  tq, tkv, row.latency_ms, row.tflops, row.status.c_str());
+    } else if (row.status == "OK") {
+      std::printf("%8d %8d %7.5f TFLOPS %10s\n", tq, tkv, row.tflops, row.status.c_str());
+    } else {
+      std::printf("%8d %8d %12s %14s\n", tq, tkv, "N/A", row.status.c_str());
+    }
+    std::fflush(stdout);
+  }
+  const Row* best = nullptr;
+  for (const Row& r : rows) {
+    if (r.status == "OK" && (!best || r.tflops > best->tflops)) best = &r;
+  }
+  if (!best) {
+    std::fprintf(stderr, "error: --sweep: no tile of the list fits this CPU's limits\n");
+    return 2;
+  }
+  std::string cache_note = "not updated (--no-cache-update)";
+  if (o.cache_update) {
+    const fa::Status s = fa::tuning_cache_store(p, o.dtype, isa, best->tile_q, best->tile_kv, best->tflops);
+    cache_note = s.ok() ? "updated " + fa::tuning_cache_path() : "not updated: " + s.message();
+  }
+  if (o.json) {
+    std::printf("{\"best_tile_q\": %d, \"best_tile_kv\": %d, \"best_throughput_tflops\": %.6f, \"kernel\": \"%s\"}\n",
+                best->tile_q, best->tile_kv, best->tflops, std::string(fa::isa_name(isa)).c_str());
+  } else {
+    std::printf("\nBest config: Tile_Q=%d, Tile_KV=%d @ %.5f TFLOPS (%s)\nTuning cache: %s\n", best->tile_q,
+                best->tile_kv, best->tflops, std::string(fa::isa_name(isa)).c_str(), cache_note.c_str());
+  }
+  return 0;
 }
 
 int run(int argc, char** argv) {
@@ -259,24 +365,29 @@ int run(int argc, char** argv) {
   // a core during one probe, so the higher of the two is the ceiling used.
   const double peak_before = o.probe ? fa::measure_fma_peak_gflops(isa, used_threads, 0.2) : 0.0;
 
-  // Run 0 always uses set 0, whose output is written and checked.
-  std::vector<double> times_ms;
-  const int total_runs = o.warmup_runs + o.num_runs;
-  for (int r = 0; r < total_runs; ++r) {
-    const fa::AttentionTensors t = tensors_for(r % sets);
-    const auto start = std::chrono::steady_clock::now();
-    const fa::Status status = fa::cli::kForward(p, t);
-    const auto stop = std::chrono::steady_clock::now();
-    if (!status.ok()) throw UsageError(status.message());
-    if (r >= o.warmup_runs) times_ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
-  }
+  // Warm-up and timed runs of one configuration; run 0 always uses set 0,
+  // whose output is written and checked.
+  auto time_runs = [&](const fa::AttentionParams& params) {
+    std::vector<double> times;
+    for (int r = 0; r < o.warmup_runs + o.num_runs; ++r) {
+      const fa::AttentionTensors t = tensors_for(r % sets);
+      const auto start = std::chrono::steady_clock::now();
+      const fa::Status status = fa::cli::kForward(params, t);
+      const auto stop = std::chrono::steady_clock::now();
+      if (!status.ok()) throw UsageError(status.message());
+      if (r >= o.warmup_runs) times.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+    }
+    std::sort(times.begin(), times.end());
+    return times;
+  };
+  const double flops = 4.0 * double(B) * double(H) * double(D) * double(fa::attended_pairs(p));
+  if (o.sweep) return run_sweep(o, p, isa, flops, time_runs);
+
+  const std::vector<double> times_ms = time_runs(p);
   const double peak_after = o.probe ? fa::measure_fma_peak_gflops(isa, used_threads, 0.2) : 0.0;
   const double peak_gflops = std::max(peak_before, peak_after);
-  std::vector<double> sorted = times_ms;
-  std::sort(sorted.begin(), sorted.end());
-  const std::size_t n = sorted.size();
-  const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-  const double flops = 4.0 * double(B) * double(H) * double(D) * double(fa::attended_pairs(p));
+  const std::vector<double>& sorted = times_ms;
+  const double median = median_of(sorted);
   const double tflops = median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0;
   const double peak_mb = double(set_bytes + mask_bytes + lse_bytes + workspace) / double(1 << 20);
 
