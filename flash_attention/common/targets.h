@@ -38,18 +38,23 @@ inline const TargetInfo* find_target(const char* name) {
   return nullptr;
 }
 
-// Recommended tiles by sequence length.  The guide's table (<=512: 64x64,
-// 512-2048: 128x64, 2048-4096: 128x128, >4096: 256x128) replaced by what the
-// tile sweep measured on a Zen 4 CPU (docs/PERF.md): 128 x 64 or 128 x 128
-// win at every length there, and 256-row Q tiles never help.
+// Recommended tiles by sequence length, without and with a causal mask.
+// The guide's table (<=512: 64x64, 512-2048: 128x64, 2048-4096: 128x128,
+// >4096: 256x128) replaced by what the tile sweep measured on a 2-core
+// Zen 4 (docs/PERF.md, 2026-12-02): without a mask 256x128 won at every
+// length (Q tiles re-read K/V less often), under a causal mask 128-row tiles
+// won (the diagonal tiles' masked half grows with the tile).  The planner
+// then caps tile_q at the sequence, halves it while the (batch, head, Q tile)
+// items would not give every thread two, and shrinks the plan to the L2 budget.
 struct TileRow {
   std::int64_t max_seq;  // rows apply to sequences up to this length
   int tile_q, tile_kv;
+  int causal_tile_q, causal_tile_kv;
 };
 inline constexpr TileRow kRecommendedTiles[] = {
-    {512, 64, 64},
-    {2048, 128, 64},
-    {INT64_MAX, 128, 128},
+    {512, 256, 128, 128, 64},
+    {4096, 256, 128, 128, 64},
+    {INT64_MAX, 256, 128, 128, 64},
 };
 
 // Bytes of the per-thread working set of the FA2 tile loop (the SIMD paths):

@@ -202,11 +202,15 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
     int cq = 0, ckv = 0;
     int table_q = 0, table_kv = 0;
     for (const detail::TileRow& row : detail::kRecommendedTiles) {
-      if (p.seq_q <= row.max_seq && table_q == 0) table_q = row.tile_q;
-      if (p.seq_kv <= row.max_seq && table_kv == 0) table_kv = row.tile_kv;
+      if (p.seq_q <= row.max_seq && table_q == 0) table_q = p.causal ? row.causal_tile_q : row.tile_q;
+      if (p.seq_kv <= row.max_seq && table_kv == 0) table_kv = p.causal ? row.causal_tile_kv : row.tile_kv;
     }
     // A Q tile longer than the queries only wastes lanes: cap it (decoding).
     while (table_q > 16 && table_q / 2 >= p.seq_q) table_q /= 2;
+    // Parallelism: halve the Q tile (down to 64) while the items would not
+    // give every thread two.
+    const int want_threads = p.threads > 0 ? p.threads : default_thread_count();
+    while (table_q > 64 && p.batch * p.num_heads * ((p.seq_q + table_q - 1) / table_q) < 2 * want_threads) table_q /= 2;
     const bool cached = tuning_cache_lookup(p, dtype, isa, &cq, &ckv);
     if (tq == kTileAuto) tq = cached ? cq : table_q;
     if (tkv == kTileAuto) tkv = cached ? ckv : table_kv;

@@ -68,16 +68,29 @@ TEST(Planner, AutoUsesTheTargetTableAndShrinksToFit) {
   fa::AttentionParams p = shape(4096, 4096, 64);
   p.tile_q = fa::kTileAuto;
   p.tile_kv = fa::kTileAuto;
+  p.threads = 2;  // 64 items: enough for two per thread, so no parallelism cap
   EnvVar cache("FA_TUNING_CACHE", "/nonexistent/dir/cache.txt");
   fa::TilePlan plan;
   ASSERT_TRUE(fa::fa2_plan(p, fa::DType::kBF16, &plan).ok());
   EXPECT_EQ(plan.source, "target table");
   EXPECT_LE(plan.working_set_bytes, plan.limit_bytes);
-  const fa::detail::TileRow& last = fa::detail::kRecommendedTiles[std::size(fa::detail::kRecommendedTiles) - 1];
-  if (fa::detail::fa2_working_set_bytes(last.tile_q, last.tile_kv, 64) <= plan.limit_bytes) {
-    EXPECT_EQ(plan.tile_q, last.tile_q);
-    EXPECT_EQ(plan.tile_kv, last.tile_kv);
+  const fa::detail::TileRow& row = fa::detail::kRecommendedTiles[1];  // up to 4096
+  if (fa::detail::fa2_working_set_bytes(row.tile_q, row.tile_kv, 64) <= plan.limit_bytes) {
+    EXPECT_EQ(plan.tile_q, row.tile_q);
+    EXPECT_EQ(plan.tile_kv, row.tile_kv);
   }
+  p.causal = true;  // the causal column of the table
+  ASSERT_TRUE(fa::fa2_plan(p, fa::DType::kBF16, &plan).ok());
+  EXPECT_EQ(plan.tile_q, row.causal_tile_q);
+  EXPECT_EQ(plan.tile_kv, row.causal_tile_kv);
+  p.causal = false;
+  // Parallelism: one head of 512 queries on 8 threads gets Q tiles of 64.
+  fa::AttentionParams few = shape(512, 512, 64);
+  few.num_heads = 1;
+  few.threads = 8;
+  few.tile_q = few.tile_kv = fa::kTileAuto;
+  ASSERT_TRUE(fa::fa2_plan(few, fa::DType::kBF16, &plan).ok());
+  EXPECT_EQ(plan.tile_q, 64);
   // Decoding: a Q tile longer than the queries is capped at 16.
   p.seq_q = 1;
   ASSERT_TRUE(fa::fa2_plan(p, fa::DType::kBF16, &plan).ok());
