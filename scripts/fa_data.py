@@ -18,6 +18,9 @@ DTYPES = {
 }
 CONFIG_NAMES = {v[0]: k for k, v in DTYPES.items()}
 LAYOUTS = ("BSH", "BSND", "BNSD")
+# Default max-abs tolerance per dtype: the guide's 1e-2 for fp16; bf16 keeps
+# 8 mantissa bits, so its output rounding alone reaches ~4e-3 near 1.
+DEFAULT_TOLERANCE = {"fp16": 1e-2, "bf16": 2e-2, "fp32": 1e-4}
 
 
 class InputError(Exception):
@@ -175,3 +178,41 @@ def reference_attention(q, k, v, mask=None, scale=None):
             p = np.where(alive, p / np.where(denom > 0, denom, 1.0), 0.0)
             out[b, h] = p @ v[b, h // group]
     return out
+
+
+def load_case(output_path, q_path, k_path, v_path, config_path=None, mask_path=None):
+    """Loads an operator output and its inputs (shapes, dtype, layout and
+    causality from config.txt beside Q) and computes the float64 reference.
+
+    The mask is `mask_path`, else input_causal_mask.bin beside Q when the
+    config says causal=true, else the causal rule itself.  Returns a dict with
+    cfg, out and ref ([batch, seq_q, heads * head_dim] float64), q, k, v
+    ([B, N, S, D]), mask (bool [seq_q, seq_kv] or None) and ref_bnsd.
+    """
+    cfg = read_config(config_path or os.path.join(os.path.dirname(os.path.abspath(q_path)), "config.txt"))
+    b, sq, skv = cfg["batch_size"], cfg["seq_len_q"], cfg["seq_len_kv"]
+    h, hkv, d, dtype, layout = cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"], cfg["dtype"], cfg["layout"]
+    print("Loading data...")
+    out = load_tensor(output_path, dtype, b * sq * h * d, "output").reshape(b, sq, h * d)
+    q = to_bnsd(load_tensor(q_path, dtype, b * sq * h * d, "Q"), b, sq, h, d, layout)
+    k = to_bnsd(load_tensor(k_path, dtype, b * skv * hkv * d, "K"), b, skv, hkv, d, layout)
+    v = to_bnsd(load_tensor(v_path, dtype, b * skv * hkv * d, "V"), b, skv, hkv, d, layout)
+    mask = None
+    if mask_path is None and cfg["causal"]:
+        beside = os.path.join(os.path.dirname(os.path.abspath(q_path)), "input_causal_mask.bin")
+        if os.path.isfile(beside):
+            mask_path = beside
+        else:
+            mask = causal_mask(sq, skv).astype(bool)
+    if mask_path is not None:
+        if not os.path.isfile(mask_path):
+            raise InputError(f"mask: file '{mask_path}' not found")
+        raw = np.fromfile(mask_path, dtype=np.int8)
+        if raw.size != sq * skv:
+            raise InputError(f"mask: '{mask_path}' has {raw.size} bytes, expected {sq * skv} "
+                             f"for [seq_q={sq}, seq_kv={skv}] int8")
+        mask = raw.reshape(sq, skv) != 0
+    print("Computing reference (NumPy, float64)...")
+    ref = reference_attention(q, k, v, mask)
+    return {"cfg": cfg, "out": out, "ref": ref.transpose(0, 2, 1, 3).reshape(b, sq, h * d), "ref_bnsd": ref,
+            "q": q, "k": k, "v": v, "mask": mask}

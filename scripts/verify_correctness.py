@@ -21,9 +21,7 @@ import numpy as np  # noqa: E402
 
 import fa_data  # noqa: E402
 
-# Default max-abs tolerance per dtype: the guide's 1e-2 for fp16; bf16 keeps
-# 8 mantissa bits, so its output rounding alone reaches ~4e-3 near 1.
-DEFAULT_TOLERANCE = {"fp16": 1e-2, "bf16": 2e-2, "fp32": 1e-4}
+DEFAULT_TOLERANCE = fa_data.DEFAULT_TOLERANCE
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -36,9 +34,9 @@ def torch_second_opinion(q, k, v, mask, scale):
         import torch
         import torch.nn.functional as F
     except ImportError:
-        return None
+        return None, "PyTorch not importable: NumPy reference only"
     if not hasattr(F, "scaled_dot_product_attention"):
-        return None
+        return None, f"PyTorch {torch.__version__} has no scaled_dot_product_attention: NumPy reference only"
     group = q.shape[1] // k.shape[1]
     tq = torch.from_numpy(q)
     tk = torch.from_numpy(np.repeat(k, group, axis=1))
@@ -47,39 +45,16 @@ def torch_second_opinion(q, k, v, mask, scale):
     if mask is not None:
         bias = torch.from_numpy(np.where(mask, 0.0, -np.inf))
     out = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=bias, scale=scale).numpy()
-    return np.nan_to_num(out, nan=0.0)  # torch gives NaN for fully masked rows; we define them as 0
+    return np.nan_to_num(out, nan=0.0), None  # torch gives NaN for fully masked rows; we define them as 0
 
 
 def verify(output_path, q_path, k_path, v_path, config_path=None, mask_path=None, tolerance=None):
-    cfg = fa_data.read_config(config_path or os.path.join(os.path.dirname(os.path.abspath(q_path)), "config.txt"))
-    b, sq, skv = cfg["batch_size"], cfg["seq_len_q"], cfg["seq_len_kv"]
-    h, hkv, d, dtype, layout = cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"], cfg["dtype"], cfg["layout"]
-    tolerance = DEFAULT_TOLERANCE[dtype] if tolerance is None else tolerance
-
-    print("Loading data...")
-    out = fa_data.load_tensor(output_path, dtype, b * sq * h * d, "output").reshape(b, sq, h * d)
-    q = fa_data.to_bnsd(fa_data.load_tensor(q_path, dtype, b * sq * h * d, "Q"), b, sq, h, d, layout)
-    k = fa_data.to_bnsd(fa_data.load_tensor(k_path, dtype, b * skv * hkv * d, "K"), b, skv, hkv, d, layout)
-    v = fa_data.to_bnsd(fa_data.load_tensor(v_path, dtype, b * skv * hkv * d, "V"), b, skv, hkv, d, layout)
-    mask = None
-    if mask_path is None and cfg["causal"]:
-        beside = os.path.join(os.path.dirname(os.path.abspath(q_path)), "input_causal_mask.bin")
-        mask_path = beside if os.path.isfile(beside) else None
-        if mask_path is None:
-            mask = fa_data.causal_mask(sq, skv).astype(bool)
-    if mask_path is not None:
-        if not os.path.isfile(mask_path):
-            raise fa_data.InputError(f"mask: file '{mask_path}' not found")
-        raw = np.fromfile(mask_path, dtype=np.int8)
-        if raw.size != sq * skv:
-            raise fa_data.InputError(f"mask: '{mask_path}' has {raw.size} bytes, expected {sq * skv} "
-                                     f"for [seq_q={sq}, seq_kv={skv}] int8")
-        mask = raw.reshape(sq, skv) != 0
-
-    print("Computing reference (NumPy, float64)...")
-    ref = fa_data.reference_attention(q, k, v, mask)
-    second = torch_second_opinion(q, k, v, mask, d ** -0.5)
-    ref_bsh = ref.transpose(0, 2, 1, 3).reshape(b, sq, h * d)
+    case = fa_data.load_case(output_path, q_path, k_path, v_path, config_path, mask_path)
+    cfg, out, ref_bsh = case["cfg"], case["out"], case["ref"]
+    d = cfg["head_dim"]
+    tolerance = DEFAULT_TOLERANCE[cfg["dtype"]] if tolerance is None else tolerance
+    second, second_note = torch_second_opinion(case["q"], case["k"], case["v"], case["mask"], d ** -0.5)
+    ref = case["ref_bnsd"]
 
     print("Comparing results...")
     finite = np.isfinite(out)
@@ -106,7 +81,7 @@ def verify(output_path, q_path, k_path, v_path, config_path=None, mask_path=None
         agree = float(np.abs(second - ref).max())
         print(f"  PyTorch float64 reference agrees with NumPy to {agree:.2e}")
     else:
-        print("  PyTorch not importable: NumPy reference only")
+        print(f"  {second_note}")
     return passed
 
 

@@ -57,6 +57,8 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"sweep", K::kBool, "", "time every tile of --sweep-tiles, print each and the best, store the best in the tuning cache"},
       {"sweep-tiles", K::kString, "QxKV,...", "tiles for --sweep (default: the guide's grid, Q 64/128/256 x KV 32/64/128)"},
       {"no-cache-update", K::kBool, "", "with --sweep: do not write the tuning cache"},
+      {"reference", K::kString, "float64|naive-fp16|same-dtype",
+       "with --check: also run a naive fp16 softmax (the guide's FP16 trap) or a same-dtype attention beside ours"},
       {"json", K::kBool, "", "print one JSON object instead of text lines"},
       {"help", K::kBool, "", "print this help"},
   };
@@ -71,6 +73,7 @@ struct Options {
   std::uint64_t seed = 1;
   bool check = false, json = false, probe = true;
   bool sweep = false, cache_update = true;
+  std::string reference = "float64";
   std::vector<std::pair<int, int>> sweep_tiles;
 };
 
@@ -180,6 +183,11 @@ Options read_options(const Args& a) {
   o.cache_update = !a.flag("no-cache-update");
   o.sweep_tiles = parse_tile_list(a.str("sweep-tiles", "64x32,64x64,64x128,128x32,128x64,128x128,256x32,256x64,256x128"));
   o.check = a.flag("check");
+  o.reference = a.str("reference", "float64");
+  if (o.reference != "float64" && o.reference != "naive-fp16" && o.reference != "same-dtype") {
+    throw UsageError("--reference: unknown reference '" + o.reference + "' (expected float64, naive-fp16 or same-dtype)");
+  }
+  if (o.reference != "float64") o.check = true;
   o.json = a.flag("json");
   return o;
 }
@@ -201,6 +209,36 @@ std::string shape_text(std::int64_t b, std::int64_t s, std::int64_t h, std::int6
   return "[batch=" + std::to_string(b) + ", seq=" + std::to_string(s) + ", heads=" + std::to_string(h) +
          ", head_dim=" + std::to_string(d) + "] " + std::string(fa::dtype_name(dt)) + " in " +
          std::string(fa::layout_name(layout));
+}
+
+struct ErrorStats {
+  double max_abs = 0.0, rel_l2 = 0.0;
+  std::int64_t inf = 0, nan = 0;
+};
+
+// Errors of `got(i)` against the float64 reference; Inf and NaN are counted,
+// not folded into the error.
+template <class Got>
+ErrorStats compare(const std::vector<double>& ref, Got&& got) {
+  ErrorStats e;
+  double err2 = 0.0, ref2 = 0.0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double g = got(i);
+    if (std::isnan(g)) {
+      ++e.nan;
+      continue;
+    }
+    if (std::isinf(g)) {
+      ++e.inf;
+      continue;
+    }
+    const double d = std::abs(g - ref[i]);
+    e.max_abs = std::max(e.max_abs, d);
+    err2 += d * d;
+    ref2 += ref[i] * ref[i];
+  }
+  e.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  return e;
 }
 
 double median_of(const std::vector<double>& sorted) {
@@ -391,28 +429,26 @@ int run(int argc, char** argv) {
   const double tflops = median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0;
   const double peak_mb = double(set_bytes + mask_bytes + lse_bytes + workspace) / double(1 << 20);
 
-  // Check set 0's output against the float64 reference.
-  double max_abs = 0.0, rel_l2 = 0.0;
-  std::int64_t nonfinite = 0;
+  // Check set 0's output against the float64 reference; with --reference,
+  // a same-dtype attention (naive or max-subtracted) is measured beside it.
+  ErrorStats ours, yardstick;
   bool check_pass = true;
   if (o.check) {
     std::vector<double> ref(static_cast<std::size_t>(B * Sq * H * D));
     const fa::AttentionTensors t = tensors_for(0);
     if (fa::Status s = fa::reference_forward(p, t, ref.data(), nullptr); !s.ok()) throw UsageError(s.message());
-    double err2 = 0.0, ref2 = 0.0;
-    for (std::size_t i = 0; i < ref.size(); ++i) {
-      const double got = fa::detail::load_as_f32(os[0].data(), o.dtype, static_cast<std::int64_t>(i));
-      if (!std::isfinite(got)) {
-        ++nonfinite;
-        continue;
+    ours = compare(ref, [&](std::size_t i) {
+      return double(fa::detail::load_as_f32(os[0].data(), o.dtype, static_cast<std::int64_t>(i)));
+    });
+    check_pass = ours.inf == 0 && ours.nan == 0 && ours.rel_l2 <= fa::cli::rel_l2_bound(o.dtype);
+    if (o.reference != "float64") {
+      std::vector<double> other(ref.size());
+      const fa::DType compute = o.reference == "naive-fp16" ? fa::DType::kF16 : o.dtype;
+      if (fa::Status s = fa::same_dtype_attention(p, t, compute, o.reference != "naive-fp16", other.data()); !s.ok()) {
+        throw UsageError(s.message());
       }
-      const double e = std::abs(got - ref[i]);
-      max_abs = std::max(max_abs, e);
-      err2 += e * e;
-      ref2 += ref[i] * ref[i];
+      yardstick = compare(ref, [&](std::size_t i) { return other[i]; });
     }
-    rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-    check_pass = nonfinite == 0 && rel_l2 <= fa::cli::rel_l2_bound(o.dtype);
   }
   if (!o.output.empty()) fa::cli::write_atomic(o.output, os[0].data(), q_bytes, "output");
 
@@ -446,8 +482,9 @@ int run(int argc, char** argv) {
     }
     if (o.check) {
       std::snprintf(line, sizeof line,
-                    ", \"max_abs_error\": %.6e, \"rel_l2_error\": %.6e, \"nonfinite\": %lld, \"check\": \"%s\"",
-                    max_abs, rel_l2, (long long)nonfinite, check_pass ? "PASS" : "FAIL");
+                    ", \"max_abs_error\": %.6e, \"rel_l2_error\": %.6e, \"inf_count\": %lld, \"nan_count\": %lld, "
+                    "\"check\": \"%s\"",
+                    ours.max_abs, ours.rel_l2, (long long)ours.inf, (long long)ours.nan, check_pass ? "PASS" : "FAIL");
       std::cout << line;
     }
     std::cout << "}\n";
@@ -483,10 +520,17 @@ int run(int argc, char** argv) {
       std::cout << line;
     }
     if (o.check) {
-      std::snprintf(line, sizeof line, "Max Abs Error: %.6e\nRelative L2 Error: %.6e (bound %.0e)\n", max_abs,
-                    rel_l2, fa::cli::rel_l2_bound(o.dtype));
+      std::snprintf(line, sizeof line, "Max Abs Error: %.6e\nRelative L2 Error: %.6e (bound %.0e)\nInf: %lld  NaN: %lld\n",
+                    ours.max_abs, ours.rel_l2, fa::cli::rel_l2_bound(o.dtype), (long long)ours.inf, (long long)ours.nan);
       std::cout << line;
-      if (nonfinite) std::cout << "Non-finite outputs: " << nonfinite << "\n";
+      if (o.reference != "float64") {
+        const char* what = o.reference == "naive-fp16" ? "Naive fp16 softmax (exp without max subtraction)"
+                                                       : "Same-dtype attention (the accuracy yardstick)";
+        std::snprintf(line, sizeof line,
+                      "%s: Inf %lld, NaN %lld, Max Abs Error %.6e, Relative L2 Error %.6e (of the finite outputs)\n", what,
+                      (long long)yardstick.inf, (long long)yardstick.nan, yardstick.max_abs, yardstick.rel_l2);
+        std::cout << line;
+      }
       std::cout << "Check: " << (check_pass ? "PASS" : "FAIL") << "\n";
     }
     if (!o.output.empty()) std::cout << "Output saved to: " << o.output << "\n";

@@ -42,8 +42,8 @@ int main_impl(int argc, char** argv) {
       {"isa", K::kString, "generic|avx2|avx512", "kernel path (default: the fastest available)"},
       {"dtype", K::kString, "fp16|bf16|fp32", "input dtype (default bf16)"},
       {"head-dim", K::kInt, "N", "head dimension, a multiple of 8 (default 128)"},
-      {"tile-q", K::kInt, "N", "Q tile (default: FA_TILE_Q)"},
-      {"tile-kv", K::kInt, "N", "K/V tile (default: FA_TILE_KV)"},
+      {"tile-q", K::kInt, "N", "Q tile (default: FA_TILE_Q, 128 when auto)"},
+      {"tile-kv", K::kInt, "N", "K/V tile (default: FA_TILE_KV, 64 when auto)"},
       {"tiles", K::kInt, "N", "K/V tiles per work item for the per-item overhead (default 32)"},
       {"seconds", K::kFloat, "S", "time per measurement (default 0.2)"},
       {"help", K::kBool, "", "print this help"},
@@ -66,8 +66,11 @@ int main_impl(int argc, char** argv) {
   cfg.dtype = *dt;
   cfg.head_dim = static_cast<int>(args.integer("head-dim", 128, 8, fa::kMaxHeadDim));
   if (cfg.head_dim % 8) throw fa::cli::UsageError("--head-dim: expected a multiple of 8");
-  cfg.tile_q = static_cast<int>(args.integer("tile-q", fa::default_tile_q(), 16, 512));
-  cfg.tile_kv = static_cast<int>(args.integer("tile-kv", fa::default_tile_kv(), 16, 512));
+  // Default: the build's tiles, or 128 x 64 when the build leaves them to the planner.
+  const int build_q = fa::default_tile_q() > 0 ? fa::default_tile_q() : 128;
+  const int build_kv = fa::default_tile_kv() > 0 ? fa::default_tile_kv() : 64;
+  cfg.tile_q = static_cast<int>(args.integer("tile-q", build_q, 16, 512));
+  cfg.tile_kv = static_cast<int>(args.integer("tile-kv", build_kv, 16, 512));
   for (int t : {cfg.tile_q, cfg.tile_kv}) {
     if (t & (t - 1)) throw fa::cli::UsageError("--tile-q/--tile-kv: expected a power of two from 16 to 512");
   }

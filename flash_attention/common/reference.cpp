@@ -73,3 +73,65 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
 }
 
 }  // namespace fa
+
+namespace fa {
+
+Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t, DType compute, bool subtract_max,
+                            double* out) {
+  AttentionTensors checked = t;
+  checked.o = make_view(out, t.q.dtype, Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
+  if (Status s = validate(p, checked); !s.ok()) return s;
+  if (out == nullptr) return Status::Invalid("same_dtype_attention: output pointer is null");
+  const std::int64_t B = p.batch, H = p.num_heads, Sq = p.seq_q, Skv = p.seq_kv, D = p.head_dim;
+  const std::int64_t group = H / p.kv_heads();
+  // Round an fp32 value to the compute dtype and back.
+  auto r = [compute](float x) {
+    switch (compute) {
+      case DType::kF16: return detail::f16_to_f32(detail::f32_to_f16(x));
+      case DType::kBF16: return detail::bf16_to_f32(detail::f32_to_bf16(x));
+      case DType::kF32: return x;
+    }
+    return x;
+  };
+  const float scale = r(p.softmax_scale());
+  const int threads = p.threads > 0 ? p.threads : default_thread_count();
+  detail::ThreadPool::global().parallel_for(B * H, threads, [&](std::int64_t bh, int) {
+    const std::int64_t b = bh / H, h = bh % H, hk = h / group;
+    std::vector<float> s(Skv);
+    for (std::int64_t i = 0; i < Sq; ++i) {
+      float row_max = -std::numeric_limits<float>::infinity();
+      for (std::int64_t j = 0; j < Skv; ++j) {
+        if (!detail::may_attend(p, i, j)) {
+          s[j] = -std::numeric_limits<float>::infinity();
+          continue;
+        }
+        float dot = 0.0f;  // fp32 accumulation of products of dtype values
+        for (std::int64_t d = 0; d < D; ++d) {
+          dot += r(detail::load_as_f32(t.q.data, t.q.dtype, t.q.offset(b, h, i, d))) *
+                 r(detail::load_as_f32(t.k.data, t.k.dtype, t.k.offset(b, hk, j, d)));
+        }
+        s[j] = r(r(dot) * scale);
+        row_max = std::max(row_max, s[j]);
+      }
+      const float shift = subtract_max && row_max != -std::numeric_limits<float>::infinity() ? row_max : 0.0f;
+      float sum = 0.0f;
+      for (std::int64_t j = 0; j < Skv; ++j) {
+        s[j] = r(std::exp(r(s[j] - shift)));
+        sum = r(sum + s[j]);
+      }
+      double* o = out + ((b * Sq + i) * H + h) * D;
+      for (std::int64_t d = 0; d < D; ++d) {
+        float acc = 0.0f;
+        for (std::int64_t j = 0; j < Skv; ++j) {
+          if (s[j] == 0.0f) continue;
+          acc += r(s[j] / sum) * r(detail::load_as_f32(t.v.data, t.v.dtype, t.v.offset(b, hk, j, d)));
+        }
+        // A row with nothing to attend: 0/0 in the naive form; 0 by definition otherwise.
+        o[d] = sum == 0.0f && subtract_max ? 0.0 : static_cast<double>(r(acc));
+      }
+    }
+  });
+  return Status::Ok();
+}
+
+}  // namespace fa

@@ -6,6 +6,7 @@
 Needs NumPy (the scripts do).  Each case prints PASS or FAIL and its reason.
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -88,6 +89,40 @@ def case_verify_catches_wrong_output(binary, d):
     good.tofile(out)
     p = verify(out, d, "--mask=" + os.path.join(d, "nomask.bin"))
     assert p.returncode == 2 and "not found" in p.stderr, p.stderr
+
+
+def case_fp16_trap_reproduced_and_fixed(binary, d):
+    # Logits of order 1e4 (--logit-scale 100): a naive fp16 softmax overflows
+    # to Inf/NaN, our kernels stay finite and accurate, for fp16 and bf16.
+    for dtype in ("fp16", "bf16"):
+        sub = os.path.join(d, dtype)
+        gen(sub, "--batch-size=1", "--seq-len-q=96", "--num-heads=2", "--head-dim=64", f"--dtype={dtype}",
+            "--logit-scale=100")
+        out = os.path.join(sub, "out.bin")
+        p = bench(binary, sub, None, out, dtype, extra=["--reference=naive-fp16", "--no-probe"])
+        assert "Inf: 0  NaN: 0" in p.stdout and "Check: PASS" in p.stdout, p.stdout
+        naive = next(line for line in p.stdout.splitlines() if line.startswith("Naive fp16 softmax"))
+        counts = [int(x) for x in re.findall(r"(?:Inf|NaN) (\d+)", naive)]
+        assert sum(counts) > 0, f"the naive softmax should overflow: {naive}"
+        v = verify(out, sub)
+        assert v.returncode == 0 and "Status: PASS" in v.stdout, v.stdout
+
+
+def case_extended_verification(binary, d):
+    ext = os.path.join(ROOT, "scripts", "extended_verification.py")
+    gen(d, "--batch-size=1", "--seq-len-q=48", "--seq-len-kv=80", "--num-heads=2", "--head-dim=32", "--dtype=bf16")
+    out = os.path.join(d, "out.bin")
+    bench(binary, d, None, out, "bf16")
+    args = [sys.executable, ext, out, f"{d}/input_Q.bin", f"{d}/input_K.bin", f"{d}/input_V.bin"]
+    p = run(args)
+    assert p.returncode == 0 and "Overall: PASS" in p.stdout and "nan_count             : 0" in p.stdout, p.stdout
+    bits = np.fromfile(out, np.uint16)
+    bits[5] = 0x7fc0  # a bf16 NaN
+    bits[9] = 0x7f80  # a bf16 Inf
+    bits.tofile(out)
+    p = run(args)
+    assert p.returncode == 1 and "Overall: FAIL" in p.stdout, p.stdout
+    assert "nan_count             : 1" in p.stdout and "inf_count             : 1" in p.stdout, p.stdout
 
 
 def case_verify_rejects_bad_input(binary, d):

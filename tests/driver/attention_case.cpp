@@ -29,13 +29,20 @@ double rel_l2_bound(DType dtype) {
   return 0.0;
 }
 
+namespace {
+std::string tile_text(int tile, int build_default) {
+  const int t = tile != 0 ? tile : build_default;
+  return t == kTileAuto ? std::string("auto") : std::to_string(t);
+}
+}  // namespace
+
 std::string describe(const CaseSpec& s) {
   const AttentionParams& p = s.params;
   std::ostringstream out;
   out << dtype_name(s.dtype) << " " << layout_name(s.layout) << " " << mask_mode_name(s.mask)
       << " B=" << p.batch << " Sq=" << p.seq_q << " Skv=" << p.seq_kv << " H=" << p.num_heads
-      << " Hkv=" << p.kv_heads() << " D=" << p.head_dim << " tile=" << (p.tile_q ? p.tile_q : default_tile_q())
-      << "x" << (p.tile_kv ? p.tile_kv : default_tile_kv()) << " threads=" << p.threads;
+      << " Hkv=" << p.kv_heads() << " D=" << p.head_dim << " tile=" << tile_text(p.tile_q, default_tile_q()) << "x"
+      << tile_text(p.tile_kv, default_tile_kv()) << " threads=" << p.threads;
   if (s.input_scale != 1.0) out << " input_scale=" << s.input_scale;
   if (p.isa) out << " isa=" << isa_name(*p.isa);
   if (p.num_splits != 0 && p.num_splits != 1) {

@@ -200,6 +200,17 @@ FA_API double measure_fma_peak_gflops(Isa isa, int threads, double seconds);
 FA_API Status reference_forward(const AttentionParams& params, const AttentionTensors& tensors,
                          double* out, double* lse);
 
+// A straightforward attention computed *in* `compute` dtype, the yardstick of
+// the accuracy rule and the guide's FP16 trap: inputs in the dtype, Q·Kᵀ
+// accumulated in fp32 then rounded to the dtype, scaled, softmax in the dtype
+// (each exp, sum and division rounded), P·V accumulated in fp32, output
+// rounded.  With subtract_max = false the exponentials are taken of the raw
+// scores, as a naive fp16 softmax does: scores above ln(65504) = 11.09
+// overflow to Inf and the row turns into Inf/NaN (`--reference=naive-fp16`).
+// `out` as in reference_forward.
+FA_API Status same_dtype_attention(const AttentionParams& params, const AttentionTensors& tensors, DType compute,
+                                   bool subtract_max, double* out);
+
 // Tile sizes this build uses when AttentionParams leaves them 0 (kTileAuto
 // when the build leaves the choice to the planner).
 FA_API int default_tile_q();

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Extended correctness report (the guide's code block 8): max and mean
+absolute error, max and mean relative error, ulps, Inf and NaN counts, the
+relative L2 error, and Overall PASS/FAIL.
+
+  extended_verification.py [OUTPUT [Q [K [V]]]] [--config PATH] [--mask PATH] [--tolerance X]
+
+Shapes, dtype, layout and causality come from config.txt beside Q (not the
+guide's constants).  `ulps` is the largest error in units of the output
+dtype's last place at the reference value (the guide divides by fp32's
+epsilon whatever the dtype, which measures nothing in particular).
+Overall PASS: max abs error below the tolerance (default 1e-2 fp16, 2e-2 bf16,
+1e-4 fp32) and no Inf or NaN.  Exit status: 0 PASS, 1 FAIL, 2 bad input.
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np  # noqa: E402
+
+import fa_data  # noqa: E402
+
+# Spacing of representable values at 1.0 (the ulp at x is this x 2^floor(log2 |x|)).
+ULP_AT_ONE = {"fp16": 2.0 ** -10, "bf16": 2.0 ** -7, "fp32": 2.0 ** -23}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message):
+        fa_data.fail_input(message)
+
+
+def metrics(out, ref, dtype):
+    finite = np.isfinite(out)
+    diff = np.abs(np.where(finite, out, 0.0) - ref)[finite]
+    refs = ref[finite]
+    rel = diff / (np.abs(refs) + 1e-8)
+    # ulp of the dtype at each reference value (subnormals: the smallest normal's).
+    exponent = np.floor(np.log2(np.maximum(np.abs(refs), 2.0 ** -14)))
+    ulp = ULP_AT_ONE[dtype] * 2.0 ** exponent
+    l2 = np.sqrt(np.sum((np.where(finite, out, 0.0) - ref) ** 2) / max(np.sum(ref ** 2), 1e-300))
+    empty = diff.size == 0
+    return {
+        "max_abs_error": float("nan") if empty else float(diff.max()),
+        "mean_abs_error": float("nan") if empty else float(diff.mean()),
+        "max_rel_error": float("nan") if empty else float(rel.max()),
+        "mean_rel_error": float("nan") if empty else float(rel.mean()),
+        "ulps": 0 if empty else int(np.ceil((diff / ulp).max())),
+        "inf_count": int(np.isinf(out).sum()),
+        "nan_count": int(np.isnan(out).sum()),
+        "rel_l2_error": float(l2),
+    }
+
+
+def main():
+    p = OneLineParser(description="Extended correctness metrics against a float64 reference.")
+    p.add_argument("output", nargs="?", default="./output_attention.bin")
+    p.add_argument("q", nargs="?", default="../../test_data/input_Q.bin")
+    p.add_argument("k", nargs="?", default="../../test_data/input_K.bin")
+    p.add_argument("v", nargs="?", default="../../test_data/input_V.bin")
+    p.add_argument("--config", default=None)
+    p.add_argument("--mask", default=None)
+    p.add_argument("--tolerance", type=float, default=None)
+    a = p.parse_args()
+    try:
+        case = fa_data.load_case(a.output, a.q, a.k, a.v, a.config, a.mask)
+    except fa_data.InputError as e:
+        fa_data.fail_input(str(e))
+    dtype = case["cfg"]["dtype"]
+    tol = fa_data.DEFAULT_TOLERANCE[dtype] if a.tolerance is None else a.tolerance
+    m = metrics(case["out"], case["ref"], dtype)
+    print("\n" + "=" * 55)
+    print("  Correctness Verification Report")
+    print("=" * 55)
+    for k, v in m.items():
+        print(f"  {k:<22}: {v:.6e}" if isinstance(v, float) else f"  {k:<22}: {v}")
+    ok = m["inf_count"] == 0 and m["nan_count"] == 0 and m["max_abs_error"] < tol
+    print(f"\n  Tolerance             : {tol}")
+    print(f"  Overall: {'PASS' if ok else 'FAIL'}")
+    print("=" * 55)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

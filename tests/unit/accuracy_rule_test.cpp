@@ -1,0 +1,70 @@
+// The accuracy rule FlashAttention's maintainers use: our output's error
+// against the float64 reference is no larger than the error of a
+// straightforward attention computed in the same dtype (inputs in the dtype,
+// products accumulated in fp32, softmax in the dtype), on fresh random inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common/dtype_convert.h"
+#include "driver/host_tensor.h"
+#include "driver/version_entry.h"
+
+namespace {
+
+double rel_l2(const std::vector<double>& got, const std::vector<double>& ref) {
+  double e = 0, r = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    e += (got[i] - ref[i]) * (got[i] - ref[i]);
+    r += ref[i] * ref[i];
+  }
+  return std::sqrt(e / r);
+}
+
+class AccuracyRule : public ::testing::TestWithParam<std::tuple<fa::Isa, fa::DType, int>> {};
+
+TEST_P(AccuracyRule, NoWorseThanSameDtypeAttention) {
+  const auto [isa, dtype, seed] = GetParam();
+  if (!fa::isa_available(isa)) GTEST_SKIP() << "path not available";
+  fa::AttentionParams p;
+  p.batch = 1;
+  p.seq_q = 96 + 7 * seed;
+  p.seq_kv = 160 + 13 * seed;
+  p.num_heads = 2;
+  p.head_dim = 64;
+  p.causal = seed % 2 == 1;
+  p.tile_q = 32;
+  p.tile_kv = 32;
+  p.isa = isa;
+  const std::int64_t nq = p.seq_q * p.num_heads * p.head_dim, nkv = p.seq_kv * p.num_heads * p.head_dim;
+  const std::size_t es = fa::dtype_size(dtype);
+  fa::cli::HostBuffer q(nq * es), k(nkv * es), v(nkv * es), o(nq * es);
+  const std::uint64_t base = 9000 + 10 * static_cast<std::uint64_t>(seed);
+  fa::cli::fill_normal(q.data(), dtype, nq, base, 2.0);  // logits of a few units: a real softmax, not uniform
+  fa::cli::fill_normal(k.data(), dtype, nkv, base + 1, 2.0);
+  fa::cli::fill_normal(v.data(), dtype, nkv, base + 2, 1.0);
+  fa::AttentionTensors t;
+  t.q = fa::make_view(q.data(), dtype, fa::Layout::kBSH, 1, p.num_heads, p.seq_q, p.head_dim);
+  t.k = fa::make_view(k.data(), dtype, fa::Layout::kBSH, 1, p.num_heads, p.seq_kv, p.head_dim);
+  t.v = fa::make_view(v.data(), dtype, fa::Layout::kBSH, 1, p.num_heads, p.seq_kv, p.head_dim);
+  t.o = fa::make_view(o.data(), dtype, fa::Layout::kBSH, 1, p.num_heads, p.seq_q, p.head_dim);
+  ASSERT_TRUE(fa::cli::kForward(p, t).ok());
+  std::vector<double> ref(nq), same(nq), ours(nq);
+  ASSERT_TRUE(fa::reference_forward(p, t, ref.data(), nullptr).ok());
+  ASSERT_TRUE(fa::same_dtype_attention(p, t, dtype, true, same.data()).ok());
+  for (std::int64_t i = 0; i < nq; ++i) ours[i] = fa::detail::load_as_f32(o.data(), dtype, i);
+  const double e_ours = rel_l2(ours, ref), e_same = rel_l2(same, ref);
+  EXPECT_LE(e_ours, e_same) << "ours " << e_ours << " vs same-dtype " << e_same;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllPaths, AccuracyRule,
+    ::testing::Combine(::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512),
+                       ::testing::Values(fa::DType::kF32, fa::DType::kF16, fa::DType::kBF16), ::testing::Range(0, 4)),
+    [](const auto& info) {
+      return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
+             std::string(fa::dtype_name(std::get<1>(info.param))) + "_" + std::to_string(std::get<2>(info.param));
+    });
+
+}  // namespace
