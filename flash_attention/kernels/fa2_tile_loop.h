@@ -200,6 +200,160 @@ inline void online_softmax_tile(const Workspace& w, int cols, int nvec, int tq) 
   }
 }
 
+// Q tiles this short run row by row with keys, not query rows, in the
+// vector lanes: decoding (one query row) would otherwise idle all lanes but one.
+inline constexpr int kRowPathMaxRows = 4;
+
+// dot(a, b) over n floats (n a multiple of 8).
+inline float dot(const float* a, const float* b, int n) {
+  typename Vec::T acc = Vec::zero();
+  int d = 0;
+  for (; d + Vec::W <= n; d += Vec::W) acc = Vec::fmadd(Vec::load(a + d), Vec::load(b + d), acc);
+  float sum = Vec::reduce_add(acc);
+  for (; d < n; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+// s[c] = exp2(s[c] - sub) for c < n; returns the sum.
+inline float exp2_row(float* s, int n, float sub) {
+  typename Vec::T total = Vec::zero();
+  const typename Vec::T vsub = Vec::set1(sub);
+  int c = 0;
+  for (; c + Vec::W <= n; c += Vec::W) {
+    const typename Vec::T p = Vec::exp2(Vec::sub(Vec::load(s + c), vsub));
+    Vec::store(s + c, p);
+    total = Vec::add(total, p);
+  }
+  float sum = Vec::reduce_add(total);
+  if (c < n) {
+    float buf[Vec::W];
+    for (int k = 0; k < Vec::W; ++k) buf[k] = c + k < n ? s[c + k] : kNegInf;
+    Vec::store(buf, Vec::exp2(Vec::sub(Vec::load(buf), vsub)));
+    for (int k = 0; c + k < n; ++k) {
+      s[c + k] = buf[k];
+      sum += buf[k];
+    }
+  }
+  return sum;
+}
+
+// o[d] = o[d] * alpha + sum_c p[c] * v[c * ldv + d] for d < D, in register
+// chunks of up to 8 vectors.
+inline void accumulate_row(float* o, float alpha, const float* p, const float* v, std::int64_t ldv, int cols, int D) {
+  constexpr int W = Vec::W, kChunk = 8 * Vec::W;
+  int d0 = 0;
+  for (; d0 + W <= D; d0 += kChunk) {
+    const int nv = (D - d0) / W < 8 ? (D - d0) / W : 8;
+    typename Vec::T acc[8];
+    const typename Vec::T va = Vec::set1(alpha);
+    for (int k = 0; k < nv; ++k) acc[k] = Vec::mul(Vec::load(o + d0 + k * W), va);
+    for (int c = 0; c < cols; ++c) {
+      if (p[c] == 0.0f) continue;
+      const typename Vec::T pc = Vec::set1(p[c]);
+      const float* vr = v + c * ldv + d0;
+      for (int k = 0; k < nv; ++k) acc[k] = Vec::fmadd(pc, Vec::load(vr + k * W), acc[k]);
+    }
+    for (int k = 0; k < nv; ++k) Vec::store(o + d0 + k * W, acc[k]);
+    if (nv < 8) {
+      d0 += nv * W;
+      break;
+    }
+  }
+  for (int d = d0; d < D; ++d) {  // the last D % W elements
+    float acc = o[d] * alpha;
+    for (int c = 0; c < cols; ++c) acc += p[c] * v[c * ldv + d];
+    o[d] = acc;
+  }
+}
+
+// The row path (see kRowPathMaxRows): per K/V tile and query row, scores
+// by dot products over head_dim, the online softmax over keys in the lanes,
+// and P·V with head_dim in the lanes.  Same masking, chunking and outputs as
+// the tile path.
+template <DType DT, bool kPrefetch>
+void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, std::int64_t kv_begin,
+              std::int64_t kv_end, const char* qbase, const char* kbase, const char* vbase, std::int64_t b,
+              std::int64_t h, std::int64_t bh, std::int64_t split) {
+  const int D = static_cast<int>(job.head_dim);
+  const int tkv = job.tile_kv;
+  const std::size_t es = dtype_size(DT);
+  const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
+  float* q = w.qt;  // [rows][D], scaled by scale * log2(e)
+  float* o = w.ot;  // [rows][D] unnormalized output
+  for (int r = 0; r < rows; ++r) {
+    for (int d = 0; d < D; ++d) q[r * D + d] = load_scalar<DT>(qbase, r * job.q_strides[2] + d) * job.scale_log2;
+    for (int d = 0; d < D; ++d) o[r * D + d] = 0.0f;
+    w.m[r] = kNegInf;
+    w.l[r] = 0.0f;
+  }
+  for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
+    const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
+    if constexpr (kPrefetch) {
+      const std::int64_t j1 = j0 + tkv;
+      if (j1 < kv_end) {
+        const int next = static_cast<int>(kv_end - j1 < tkv ? kv_end - j1 : tkv);
+        prefetch_rows(kbase + j1 * ks * es, ks * es, next, D * int(es));
+        prefetch_rows(vbase + j1 * vs * es, vs * es, next, D * int(es));
+      }
+    }
+    const float* kt;
+    const float* vt;
+    std::int64_t ldk, ldv;
+    if constexpr (DT == DType::kF32) {
+      kt = reinterpret_cast<const float*>(kbase) + j0 * ks;
+      vt = reinterpret_cast<const float*>(vbase) + j0 * vs;
+      ldk = ks;
+      ldv = vs;
+    } else {
+      load_tile<DT>(kbase + j0 * ks * es, ks, cols, D, w.kbuf);
+      load_tile<DT>(vbase + j0 * vs * es, vs, cols, D, w.vbuf);
+      kt = w.kbuf;
+      vt = w.vbuf;
+      ldk = ldv = D;
+    }
+    for (int r = 0; r < rows; ++r) {
+      float* srow = w.st;  // [cols] scores, then probabilities
+      const float* qr = q + r * D;
+      for (int c = 0; c < cols; ++c) srow[c] = dot(qr, kt + c * ldk, D);
+      if (job.causal) {
+        const std::int64_t end = causal_key_end(job, i0 + r) - j0;
+        for (int c = end < 0 ? 0 : static_cast<int>(end); c < cols; ++c) srow[c] = kNegInf;
+      }
+      if (job.mask) {
+        const std::int8_t* mrow = job.mask + (i0 + r) * job.seq_kv + j0;
+        for (int c = 0; c < cols; ++c) {
+          if (mrow[c] == 0) srow[c] = kNegInf;
+        }
+      }
+      float block_max = kNegInf;
+      for (int c = 0; c < cols; ++c) block_max = srow[c] > block_max ? srow[c] : block_max;
+      const float m_old = w.m[r];
+      const float m_new = block_max > m_old ? block_max : m_old;
+      const float m_sub = m_new == kNegInf ? 0.0f : m_new;  // as in online_softmax_tile
+      const float sum = exp2_row(srow, cols, m_sub);
+      float alpha = m_old - m_sub;
+      exp2_row(&alpha, 1, 0.0f);
+      w.l[r] = w.l[r] * alpha + sum;
+      w.m[r] = m_new;
+      accumulate_row(o + r * D, alpha, srow, vt, ldv, cols, D);
+    }
+  }
+  const std::int64_t BH = job.batch * job.heads;
+  for (int r = 0; r < rows; ++r) {
+    const float inv = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f;
+    const float lse = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
+    if (job.num_splits > 1) {
+      float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i0 + r) * D;
+      for (int d = 0; d < D; ++d) po[d] = o[r * D + d] * inv;
+      job.partial_lse[(split * BH + bh) * job.seq_q + i0 + r] = lse;
+      continue;
+    }
+    char* orow = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + (i0 + r) * job.o_strides[2]) * es;
+    for (int d = 0; d < D; ++d) store_scalar<DT>(orow, d, o[r * D + d] * inv);
+    if (job.lse) job.lse[bh * job.seq_q + i0 + r] = lse;
+  }
+}
+
 template <DType DT, bool kPrefetch>
 void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   constexpr int W = Vec::W;
@@ -226,6 +380,11 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   const char* kbase = static_cast<const char*>(job.k) + (b * job.k_strides[0] + hk * job.k_strides[1]) * es;
   const char* vbase = static_cast<const char*>(job.v) + (b * job.v_strides[0] + hk * job.v_strides[1]) * es;
   const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
+
+  if (rows <= kRowPathMaxRows) {
+    run_rows<DT, kPrefetch>(job, w, rows, i0, kv_begin, kv_end, qbase, kbase, vbase, b, h, bh, split);
+    return;
+  }
 
   // Qᵀ, pre-scaled so the softmax can use exp2; unused row lanes are zero.
   // Transposed in 16 x 16 blocks so every cache line written is filled.

@@ -25,6 +25,8 @@ struct Vec {
   static T add(T a, T b) { return _mm512_add_ps(a, b); }
   static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
   static T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static float reduce_add(T v) { return _mm512_reduce_add_ps(v); }
+  static float reduce_max(T v) { return _mm512_reduce_max_ps(v); }
   static T zero_if_neg_inf(T m) {
     const __mmask16 neg_inf = _mm512_cmp_ps_mask(m, _mm512_set1_ps(-__builtin_inff()), _CMP_EQ_OQ);
     return _mm512_maskz_mov_ps(static_cast<__mmask16>(~neg_inf), m);

@@ -26,6 +26,16 @@ struct Vec {
   static T add(T a, T b) { return _mm_add_ps(a, b); }
   static T sub(T a, T b) { return _mm_sub_ps(a, b); }
   static T max(T a, T b) { return _mm_max_ps(a, b); }
+  static float reduce_add(T v) {
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+    return _mm_cvtss_f32(v);
+  }
+  static float reduce_max(T v) {
+    v = _mm_max_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_max_ss(v, _mm_shuffle_ps(v, v, 1));
+    return _mm_cvtss_f32(v);
+  }
   // Lanes equal to -inf become 0 (the all-masked row's stand-in maximum).
   static T zero_if_neg_inf(T m) {
     return _mm_andnot_ps(_mm_cmpeq_ps(m, _mm_set1_ps(-__builtin_inff())), m);
