@@ -22,10 +22,15 @@ struct TargetInfo {
 
 // Defaults are deliberately common values, not the largest parts: the budget
 // at configure time must hold on the machines the binary will meet.
+// The amx row describes the matrix unit a future AMX path will plan for
+// (8 tile registers of 16 rows x 64 bytes); no kernel uses it yet, and CUDA
+// targets (sm80, sm90: shared memory and registers per block) will be rows
+// of their own.
 inline constexpr TargetInfo kTargets[] = {
     {"generic", 16, 16, 0, 32 * 1024, 512 * 1024},
     {"avx2", 16, 32, 0, 32 * 1024, 1024 * 1024},
     {"avx512", 32, 64, 0, 32 * 1024, 1024 * 1024},
+    {"amx", 32, 64, 8, 48 * 1024, 2048 * 1024},
 };
 
 inline const TargetInfo* find_target(const char* name) {
