@@ -41,7 +41,11 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"head-dim", K::kInt, "N", "head dimension, a multiple of 8 up to 256 (default 64)"},
       {"dtype", K::kString, "fp16|bf16|fp32", "data type of Q, K, V and O (default fp16)"},
       {"layout", K::kString, "BSH|BSND|BNSD", "memory layout of the inputs (default BSH)"},
-      {"causal", K::kBool, "", "causal mask aligned bottom-right, no mask file needed"},
+      {"causal", K::kBool, "", "causal mask aligned bottom-right, no mask file needed (= --sparse-mode=3)"},
+      {"sparse-mode", K::kInt, "0-4", "0 mask+band (top-left), 1 all, 2 causal top-left, 3 causal bottom-right, 4 band"},
+      {"pre-tokens", K::kInt, "N", "band: keys allowed before the aligned diagonal (modes 0 and 4; default unbounded)"},
+      {"next-tokens", K::kInt, "N", "band: keys allowed after the aligned diagonal (modes 0 and 4; default unbounded)"},
+      {"sinks", K::kString, "X|X1,X2,...", "attention-sink logit for every head, or one per head"},
       {"scale", K::kFloat, "X", "softmax scale (default 1/sqrt(head_dim))"},
       {"num-runs", K::kInt, "N", "timed runs; the median is reported (default 10)"},
       {"warmup-runs", K::kInt, "N", "untimed runs before timing (default 2)"},
@@ -74,6 +78,7 @@ struct Options {
   bool check = false, json = false, probe = true;
   bool sweep = false, cache_update = true;
   std::string reference = "float64";
+  std::vector<float> sinks;  // per head; p.sinks points here
   std::vector<std::pair<int, int>> sweep_tiles;
 };
 
@@ -137,6 +142,36 @@ Options read_options(const Args& a) {
   if (!lt) throw UsageError("--layout: unknown layout '" + layout + "' (expected BSH, BSND or BNSD)");
   o.layout = *lt;
   p.causal = a.flag("causal");
+  if (a.has("sparse-mode")) {
+    p.sparse_mode = static_cast<fa::SparseMode>(a.integer("sparse-mode", 1, 0, 4));
+    if (p.causal && *p.sparse_mode != fa::SparseMode::kCausalBottomRight) {
+      throw UsageError("--causal and --sparse-mode=" + std::to_string(static_cast<int>(*p.sparse_mode)) +
+                       " disagree (--causal is --sparse-mode=3)");
+    }
+    p.causal = false;
+  }
+  p.pre_tokens = a.integer("pre-tokens", fa::kUnboundedTokens, 0, fa::kUnboundedTokens);
+  p.next_tokens = a.integer("next-tokens", fa::kUnboundedTokens, 0, fa::kUnboundedTokens);
+  if (a.has("sinks")) {
+    const std::string text = a.str("sinks");
+    std::size_t pos = 0;
+    while (pos <= text.size()) {
+      const std::size_t comma = std::min(text.find(',', pos), text.size());
+      const std::string item = text.substr(pos, comma - pos);
+      char* end = nullptr;
+      const double v = std::strtod(item.c_str(), &end);
+      if (item.empty() || *end != '\0' || !std::isfinite(v)) {
+        throw UsageError("--sinks: '" + item + "' is not a finite number (expected X or X1,X2,... one per head)");
+      }
+      o.sinks.push_back(static_cast<float>(v));
+      pos = comma + 1;
+    }
+    if (o.sinks.size() == 1) o.sinks.assign(static_cast<std::size_t>(p.num_heads), o.sinks[0]);
+    if (static_cast<std::int64_t>(o.sinks.size()) != p.num_heads) {
+      throw UsageError("--sinks: " + std::to_string(o.sinks.size()) + " values for " + std::to_string(p.num_heads) +
+                       " heads (expected one, or one per head)");
+    }
+  }
   if (a.has("scale")) {
     const double s = a.real("scale", 0.0);
     if (!(s > 0.0) || s > 3.0e38) throw UsageError("--scale: expected a positive finite number");
@@ -323,6 +358,7 @@ int run(int argc, char** argv) {
   }
   Options o = read_options(args);
   fa::AttentionParams& p = o.params;
+  if (!o.sinks.empty()) p.sinks = o.sinks.data();
   fa::Isa isa;
   if (fa::Status s = fa::fa2_select_isa(p, &isa); !s.ok()) throw UsageError(s.message());
   // The tile plan, checked against the CPU's resources before anything is
@@ -364,17 +400,18 @@ int run(int argc, char** argv) {
     fa::cli::fill_normal(vs[0].data(), o.dtype, B * Skv * Hkv * D, o.seed * 3 + 2, 1.0);
   }
   fa::cli::HostBuffer mask;
-  std::string mask_note = p.causal ? "causal" : "none";
+  std::string mask_note = p.sparse_mode ? "sparse_mode " + std::to_string(static_cast<int>(*p.sparse_mode))
+                                      : (p.causal ? "causal" : "none");
   if (!o.mask_path.empty()) {
     mask = fa::cli::read_exact(o.mask_path, mask_bytes, "causal-mask",
                                "an int8 mask [seq_q=" + std::to_string(Sq) + ", seq_kv=" + std::to_string(Skv) + "]");
     const auto* m = static_cast<const std::int8_t*>(mask.data());
-    if (is_causal_pattern(m, Sq, Skv)) {
+    if (!p.sparse_mode && is_causal_pattern(m, Sq, Skv)) {
       p.causal = true;  // same pairs attend; the kernel skips masked tiles
       mask_note = "file (causal pattern, run as causal)";
     } else {
       p.mask = m;
-      mask_note = p.causal ? "file AND causal" : "file";
+      mask_note = (p.causal || p.sparse_mode) ? "file AND " + mask_note : "file";
     }
   }
   for (int s = 1; s < sets; ++s) {

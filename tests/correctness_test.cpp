@@ -65,6 +65,31 @@ std::vector<CaseSpec> build_matrix(DType dtype, bool quick) {
   cases.push_back(make_case(dtype, Layout::kBNSD, MaskMode::kCausal, Shape{1, 40, 300, 2, 2, 32}, 16, 32, 2, 5));
   cases.push_back(make_case(dtype, Layout::kBSH, MaskMode::kCausalAndExplicit, Shape{2, 77, 77, 2, 1, 40}, 32, 16, 3, 3));
   cases.push_back(make_case(dtype, Layout::kBSH, MaskMode::kCausal, Shape{1, 3, 700, 1, 1, 64}, 16, 32, 2, fa::kSplitsAuto));
+  // Sparse modes: top-left causal, a sliding-window band, the explicit mask
+  // with a band, and attention sinks (alone, and with a window and splits).
+  {
+    CaseSpec c = make_case(dtype, Layout::kBSH, MaskMode::kNone, Shape{1, 90, 130, 3, 3, 32}, 32, 16, 2);
+    c.params.sparse_mode = fa::SparseMode::kCausalTopLeft;
+    cases.push_back(c);
+    c.params.sparse_mode = fa::SparseMode::kBand;
+    c.params.pre_tokens = 37;
+    c.params.next_tokens = 5;
+    cases.push_back(c);
+    c.mask = MaskMode::kExplicit;
+    c.params.sparse_mode = fa::SparseMode::kMaskAndBand;
+    c.params.pre_tokens = 20;
+    c.params.next_tokens = 64;
+    cases.push_back(c);
+    CaseSpec sinks = make_case(dtype, Layout::kBNSD, MaskMode::kCausal, Shape{2, 70, 50, 4, 2, 40}, 32, 16, 2);
+    sinks.with_sinks = true;
+    cases.push_back(sinks);
+    sinks.mask = MaskMode::kNone;
+    sinks.params.sparse_mode = fa::SparseMode::kBand;
+    sinks.params.pre_tokens = 8;
+    sinks.params.next_tokens = 0;
+    sinks.params.num_splits = 3;
+    cases.push_back(sinks);
+  }
   // GQA and MQA.
   for (Shape s : {Shape{1, 96, 96, 8, 1, 64}, Shape{2, 50, 70, 6, 3, 48}}) {
     cases.push_back(make_case(dtype, Layout::kBNSD, MaskMode::kCausal, s, 32, 32, 2));

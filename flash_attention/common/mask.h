@@ -1,6 +1,7 @@
-// Which (query, key) pairs may attend: the causal rule and the explicit mask,
-// in one place for the reference and every kernel.  Static, like
-// dtype_convert.h, because per-ISA translation units include it.
+// Which (query, key) pairs may attend: the key window (causal, sparse modes)
+// and the explicit mask, in one place for the reference, the planner and
+// every kernel.  Static inline, like dtype_convert.h, because per-ISA
+// translation units include it.
 #pragma once
 
 #include <cstdint>
@@ -9,20 +10,34 @@
 
 namespace fa::detail {
 
-// One past the last key query row `i` may attend under the causal rule
-// (bottom-right aligned): j <= i + (seq_kv - seq_q).  Clamped to [0, seq_kv].
-static inline std::int64_t causal_key_end(std::int64_t i, std::int64_t seq_q, std::int64_t seq_kv) {
-  const std::int64_t end = i + seq_kv - seq_q + 1;
-  return end < 0 ? 0 : (end > seq_kv ? seq_kv : end);
+// Query i may attend keys [i + offset - left, i + offset + right] (clamped to
+// the sequence) when active; every key otherwise.
+struct KeyWindow {
+  bool active = false;
+  std::int64_t offset = 0, left = kUnboundedTokens, right = kUnboundedTokens;
+};
+
+// The window of a call (causal and sparse_mode resolved); params.cpp.
+KeyWindow key_window(const AttentionParams& p);
+
+static inline std::int64_t clamp_keys(std::int64_t x, std::int64_t seq_kv) {
+  return x < 0 ? 0 : (x > seq_kv ? seq_kv : x);
 }
 
-// One past the last key any row of [row_begin, row_end) may attend.
-static inline std::int64_t key_end_for_rows(const AttentionParams& p, std::int64_t row_end) {
-  return p.causal ? causal_key_end(row_end - 1, p.seq_q, p.seq_kv) : p.seq_kv;
+// First key query i may attend.
+static inline std::int64_t window_begin(const KeyWindow& w, std::int64_t i, std::int64_t seq_kv) {
+  if (!w.active || w.left >= kUnboundedTokens) return 0;
+  return clamp_keys(i + w.offset - w.left, seq_kv);
 }
 
-static inline bool may_attend(const AttentionParams& p, std::int64_t i, std::int64_t j) {
-  if (p.causal && j >= causal_key_end(i, p.seq_q, p.seq_kv)) return false;
+// One past the last key query i may attend.
+static inline std::int64_t window_end(const KeyWindow& w, std::int64_t i, std::int64_t seq_kv) {
+  if (!w.active || w.right >= kUnboundedTokens) return seq_kv;
+  return clamp_keys(i + w.offset + w.right + 1, seq_kv);
+}
+
+static inline bool may_attend(const AttentionParams& p, const KeyWindow& w, std::int64_t i, std::int64_t j) {
+  if (j < window_begin(w, i, p.seq_kv) || j >= window_end(w, i, p.seq_kv)) return false;
   if (p.mask && p.mask[i * p.seq_kv + j] == 0) return false;
   return true;
 }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "flash_attention/flash_attention.h"
+#include "mask.h"
 #include "tile_config.h"
 
 namespace fa {
@@ -87,20 +88,38 @@ int default_thread_count() {
 int default_tile_q() { return detail::kDefaultTileQ; }
 int default_tile_kv() { return detail::kDefaultTileKv; }
 
-std::int64_t attended_pairs(const AttentionParams& p) {
-  const std::int64_t sq = p.seq_q, skv = p.seq_kv;
-  if (p.mask) {
-    std::int64_t n = 0;
-    for (std::int64_t i = 0; i < sq; ++i) {
-      const std::int64_t limit = p.causal ? std::min(skv, std::max<std::int64_t>(0, i + skv - sq + 1)) : skv;
-      const std::int8_t* row = p.mask + i * skv;
-      for (std::int64_t j = 0; j < limit; ++j) n += row[j] != 0;
-    }
-    return n;
+namespace detail {
+
+KeyWindow key_window(const AttentionParams& p) {
+  KeyWindow w;
+  const std::int64_t bottom_right = p.seq_kv - p.seq_q;
+  const SparseMode mode = p.sparse_mode ? *p.sparse_mode : (p.causal ? SparseMode::kCausalBottomRight : SparseMode::kAll);
+  switch (mode) {
+    case SparseMode::kAll: break;
+    case SparseMode::kCausalTopLeft: w = {true, 0, kUnboundedTokens, 0}; break;
+    case SparseMode::kCausalBottomRight: w = {true, bottom_right, kUnboundedTokens, 0}; break;
+    case SparseMode::kBand: w = {true, bottom_right, p.pre_tokens, p.next_tokens}; break;
+    case SparseMode::kMaskAndBand:
+      w = {p.pre_tokens < kUnboundedTokens || p.next_tokens < kUnboundedTokens, 0, p.pre_tokens, p.next_tokens};
+      break;
   }
-  if (!p.causal) return sq * skv;
+  return w;
+}
+
+}  // namespace detail
+
+std::int64_t attended_pairs(const AttentionParams& p) {
+  const detail::KeyWindow w = detail::key_window(p);
   std::int64_t n = 0;
-  for (std::int64_t i = 0; i < sq; ++i) n += std::min(skv, std::max<std::int64_t>(0, i + skv - sq + 1));
+  for (std::int64_t i = 0; i < p.seq_q; ++i) {
+    const std::int64_t begin = detail::window_begin(w, i, p.seq_kv), end = detail::window_end(w, i, p.seq_kv);
+    if (!p.mask) {
+      n += end > begin ? end - begin : 0;
+      continue;
+    }
+    const std::int8_t* row = p.mask + i * p.seq_kv;
+    for (std::int64_t j = begin; j < end; ++j) n += row[j] != 0;
+  }
   return n;
 }
 
@@ -197,6 +216,24 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
       return Status::Invalid(std::string(what) +
                              " must be a power of two from 16 to 512, kTileAuto, or 0 for the default (got " +
                              std::to_string(tile) + ")");
+    }
+  }
+  if (p.pre_tokens < 0 || p.next_tokens < 0) {
+    return Status::Invalid("pre_tokens and next_tokens must be >= 0 (got " + std::to_string(p.pre_tokens) + " and " +
+                           std::to_string(p.next_tokens) + ")");
+  }
+  if (p.sparse_mode && p.causal && *p.sparse_mode != SparseMode::kCausalBottomRight) {
+    return Status::Invalid("causal and sparse_mode " + std::to_string(static_cast<int>(*p.sparse_mode)) +
+                           " disagree: give one of them (causal is sparse_mode 3)");
+  }
+  if (p.sparse_mode && (static_cast<int>(*p.sparse_mode) < 0 || static_cast<int>(*p.sparse_mode) > 4)) {
+    return Status::Invalid("sparse_mode must be 0, 1, 2, 3 or 4 (got " + std::to_string(static_cast<int>(*p.sparse_mode)) + ")");
+  }
+  if (p.sinks) {
+    for (std::int64_t h = 0; h < p.num_heads; ++h) {
+      if (!std::isfinite(p.sinks[h])) {
+        return Status::Invalid("sinks[" + std::to_string(h) + "] must be finite (got " + std::to_string(p.sinks[h]) + ")");
+      }
     }
   }
   if (p.num_splits < kSplitsAuto || p.num_splits > kMaxSplits) {

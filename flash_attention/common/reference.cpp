@@ -24,9 +24,11 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
   const std::int64_t group = H / p.kv_heads();
   const double scale = p.softmax_scale();
   const int threads = p.threads > 0 ? p.threads : default_thread_count();
+  const detail::KeyWindow window = detail::key_window(p);
 
   detail::ThreadPool::global().parallel_for(B * H, threads, [&](std::int64_t bh, int) {
     const std::int64_t b = bh / H, h = bh % H, hk = h / group;
+    const double sink = p.sinks ? double(p.sinks[h]) : -std::numeric_limits<double>::infinity();
     std::vector<double> k(Skv * D), v(Skv * D), q(D), s(Skv);
     for (std::int64_t j = 0; j < Skv; ++j) {
       for (std::int64_t d = 0; d < D; ++d) {
@@ -38,9 +40,9 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
       for (std::int64_t d = 0; d < D; ++d) {
         q[d] = detail::load_as_f32(t.q.data, t.q.dtype, t.q.offset(b, h, i, d));
       }
-      double row_max = -std::numeric_limits<double>::infinity();
+      double row_max = sink;  // a sink takes part in the maximum and the sum
       for (std::int64_t j = 0; j < Skv; ++j) {
-        if (!detail::may_attend(p, i, j)) {
+        if (!detail::may_attend(p, window, i, j)) {
           s[j] = -std::numeric_limits<double>::infinity();
           continue;
         }
@@ -55,7 +57,7 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
         if (lse) lse[(b * H + h) * Sq + i] = -std::numeric_limits<double>::infinity();
         continue;
       }
-      double sum = 0.0;
+      double sum = p.sinks ? std::exp(sink - row_max) : 0.0;
       for (std::int64_t j = 0; j < Skv; ++j) {
         s[j] = std::exp(s[j] - row_max);  // exp(-inf) = 0 for masked keys
         sum += s[j];
@@ -95,13 +97,15 @@ Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t,
   };
   const float scale = r(p.softmax_scale());
   const int threads = p.threads > 0 ? p.threads : default_thread_count();
+  const detail::KeyWindow window = detail::key_window(p);
   detail::ThreadPool::global().parallel_for(B * H, threads, [&](std::int64_t bh, int) {
     const std::int64_t b = bh / H, h = bh % H, hk = h / group;
+    const float sink = p.sinks ? r(p.sinks[h]) : -std::numeric_limits<float>::infinity();
     std::vector<float> s(Skv);
     for (std::int64_t i = 0; i < Sq; ++i) {
-      float row_max = -std::numeric_limits<float>::infinity();
+      float row_max = sink;
       for (std::int64_t j = 0; j < Skv; ++j) {
-        if (!detail::may_attend(p, i, j)) {
+        if (!detail::may_attend(p, window, i, j)) {
           s[j] = -std::numeric_limits<float>::infinity();
           continue;
         }
@@ -114,7 +118,7 @@ Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t,
         row_max = std::max(row_max, s[j]);
       }
       const float shift = subtract_max && row_max != -std::numeric_limits<float>::infinity() ? row_max : 0.0f;
-      float sum = 0.0f;
+      float sum = p.sinks ? r(std::exp(r(sink - shift))) : 0.0f;
       for (std::int64_t j = 0; j < Skv; ++j) {
         s[j] = r(std::exp(r(s[j] - shift)));
         sum = r(sum + s[j]);
@@ -127,7 +131,7 @@ Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t,
           acc += r(s[j] / sum) * r(detail::load_as_f32(t.v.data, t.v.dtype, t.v.offset(b, hk, j, d)));
         }
         // A row with nothing to attend: 0/0 in the naive form; 0 by definition otherwise.
-        o[d] = sum == 0.0f && subtract_max ? 0.0 : static_cast<double>(r(acc));
+        o[d] = sum == 0.0f && subtract_max ? 0.0 : static_cast<double>(r(acc));  // (a sink keeps sum > 0)
       }
     }
   });

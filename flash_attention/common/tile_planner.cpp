@@ -15,6 +15,7 @@
 #include <string>
 
 #include "flash_attention/flash_attention.h"
+#include "mask.h"
 #include "targets.h"
 #include "tile_config.h"
 
@@ -48,7 +49,8 @@ int bucket(std::int64_t n) {  // shape class: the power of two at or above n, at
 
 std::string cache_key(const AttentionParams& p, DType dtype, Isa isa) {
   std::ostringstream key;
-  key << "fa2 " << isa_name(isa) << ' ' << dtype_name(dtype) << " d" << p.head_dim << " c" << (p.causal ? 1 : 0)
+  key << "fa2 " << isa_name(isa) << ' ' << dtype_name(dtype) << " d" << p.head_dim << " c"
+      << (detail::key_window(p).active ? 1 : 0)
       << " q" << bucket(p.seq_q) << " kv" << bucket(p.seq_kv);
   return key.str();
 }
@@ -104,14 +106,16 @@ int max_threads_from_env() {
 // thread that frees up first.  Cost of an item = K/V tiles it visits.
 double simulate_occupancy(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, int splits,
                           std::int64_t split_keys, int threads) {
+  const detail::KeyWindow window = detail::key_window(p);
   std::vector<double> busy(static_cast<std::size_t>(threads), 0.0);
   double total = 0.0;
   for (std::int64_t qt = q_tiles - 1; qt >= 0; --qt) {
     const std::int64_t last_row = std::min<std::int64_t>((qt + 1) * tq, p.seq_q) - 1;
-    std::int64_t kv_end = p.seq_kv;
-    if (p.causal) kv_end = std::clamp<std::int64_t>(last_row + p.seq_kv - p.seq_q + 1, 0, p.seq_kv);
+    const std::int64_t kv_begin = detail::window_begin(window, qt * tq, p.seq_kv) / tkv * tkv;
+    const std::int64_t kv_end = detail::window_end(window, last_row, p.seq_kv);
     for (int s = 0; s < splits; ++s) {
-      const std::int64_t keys = std::clamp<std::int64_t>(kv_end - s * split_keys, 0, split_keys);
+      const std::int64_t lo = std::max(kv_begin, s * split_keys), hi = std::min(kv_end, (s + 1) * split_keys);
+      const std::int64_t keys = hi > lo ? hi - lo : 0;
       const double cost = double((keys + tkv - 1) / tkv) + 0.05;  // + the per-item epilogue
       for (std::int64_t bh = 0; bh < p.batch * p.num_heads; ++bh) {
         auto it = std::min_element(busy.begin(), busy.end());
@@ -202,8 +206,9 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
     int cq = 0, ckv = 0;
     int table_q = 0, table_kv = 0;
     for (const detail::TileRow& row : detail::kRecommendedTiles) {
-      if (p.seq_q <= row.max_seq && table_q == 0) table_q = p.causal ? row.causal_tile_q : row.tile_q;
-      if (p.seq_kv <= row.max_seq && table_kv == 0) table_kv = p.causal ? row.causal_tile_kv : row.tile_kv;
+      const bool masked = detail::key_window(p).active;  // the causal column serves every window
+      if (p.seq_q <= row.max_seq && table_q == 0) table_q = masked ? row.causal_tile_q : row.tile_q;
+      if (p.seq_kv <= row.max_seq && table_kv == 0) table_kv = masked ? row.causal_tile_kv : row.tile_kv;
     }
     // A Q tile longer than the queries only wastes lanes: cap it (decoding).
     while (table_q > 16 && table_q / 2 >= p.seq_q) table_q /= 2;

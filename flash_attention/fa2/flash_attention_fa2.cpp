@@ -152,7 +152,8 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
     job.o_strides[a] = t.o.strides[a];
   }
   job.scale_log2 = p.softmax_scale() * 1.4426950408889634f;
-  job.causal = p.causal;
+  job.window = detail::key_window(p);
+  job.sinks = p.sinks;
   job.tile_q = plan.tile_q;
   job.tile_kv = plan.tile_kv;
   job.threads = plan.threads;
@@ -167,13 +168,13 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   if (verbose()) {
     std::fprintf(stderr,
                  "fa2_forward: path=%s tile=%dx%d (%s, L2 working set %zu of %zu bytes) splits=%d threads=%d items=%lld dtype=%s B=%lld Sq=%lld Skv=%lld H=%lld "
-                 "Hkv=%lld D=%lld causal=%d mask=%d workspace=%zu bytes\n",
+                 "Hkv=%lld D=%lld window=%d mask=%d sinks=%d workspace=%zu bytes\n",
                  table->name, plan.tile_q, plan.tile_kv, tiles.source.c_str(), tiles.working_set_bytes,
                  tiles.limit_bytes, tiles.num_splits, plan.threads,
                  static_cast<long long>(plan.q_tiles * p.batch * p.num_heads), std::string(dtype_name(job.dtype)).c_str(),
                  static_cast<long long>(p.batch), static_cast<long long>(p.seq_q), static_cast<long long>(p.seq_kv),
                  static_cast<long long>(p.num_heads), static_cast<long long>(p.kv_heads()),
-                 static_cast<long long>(p.head_dim), p.causal ? 1 : 0, p.mask ? 1 : 0, bytes);
+                 static_cast<long long>(p.head_dim), job.window.active ? 1 : 0, p.mask ? 1 : 0, p.sinks ? 1 : 0, bytes);
   }
   table->fa2_run(job);
   if (job.num_splits > 1) combine_splits(job, tiles);

@@ -161,9 +161,15 @@ inline void store_scalar(void* base, std::int64_t i, float x) {
   else static_cast<std::uint16_t*>(base)[i] = detail::f32_to_bf16(x);
 }
 
-inline std::int64_t causal_key_end(const Fa2Job& job, std::int64_t i) {
-  const std::int64_t end = i + job.seq_kv - job.seq_q + 1;
-  return end < 0 ? 0 : (end > job.seq_kv ? job.seq_kv : end);
+inline std::int64_t key_begin(const Fa2Job& job, std::int64_t i) { return detail::window_begin(job.window, i, job.seq_kv); }
+inline std::int64_t key_end(const Fa2Job& job, std::int64_t i) { return detail::window_end(job.window, i, job.seq_kv); }
+
+// Keys outside row i's window become -inf in the scores (Sᵀ[c][r] with
+// stride `stride` between keys), for the keys [j0, j0 + cols) of a tile.
+inline void mask_window(const Fa2Job& job, std::int64_t i, std::int64_t j0, int cols, float* s, std::int64_t stride) {
+  const std::int64_t begin = key_begin(job, i) - j0, end = key_end(job, i) - j0;
+  for (int c = 0; c < cols && c < begin; ++c) s[c * stride] = kNegInf;
+  for (int c = end < 0 ? 0 : static_cast<int>(end); c < cols; ++c) s[c * stride] = kNegInf;
 }
 
 inline void prefetch_rows(const char* p, std::int64_t stride_bytes, int rows, int row_bytes) {
@@ -285,6 +291,10 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
     for (int d = 0; d < D; ++d) o[r * D + d] = 0.0f;
     w.m[r] = kNegInf;
     w.l[r] = 0.0f;
+    if (job.sinks && split == 0) {  // the sink joins the softmax once, in the first chunk
+      w.m[r] = job.sinks[h] * 1.4426950408889634f;
+      w.l[r] = 1.0f;
+    }
   }
   for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
@@ -315,10 +325,7 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
       float* srow = w.st;  // [cols] scores, then probabilities
       const float* qr = q + r * D;
       for (int c = 0; c < cols; ++c) srow[c] = dot(qr, kt + c * ldk, D);
-      if (job.causal) {
-        const std::int64_t end = causal_key_end(job, i0 + r) - j0;
-        for (int c = end < 0 ? 0 : static_cast<int>(end); c < cols; ++c) srow[c] = kNegInf;
-      }
+      if (job.window.active) mask_window(job, i0 + r, j0, cols, srow, 1);
       if (job.mask) {
         const std::int8_t* mrow = job.mask + (i0 + r) * job.seq_kv + j0;
         for (int c = 0; c < cols; ++c) {
@@ -371,9 +378,13 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   const int rows = static_cast<int>(job.seq_q - i0 < tq ? job.seq_q - i0 : tq);
   const int nvec = (rows + W - 1) / W;  // query-row vectors actually in use
   const int width = nvec * W;
-  const std::int64_t kv_begin = split * job.split_keys;
-  std::int64_t kv_end = job.causal ? causal_key_end(job, i0 + rows - 1) : job.seq_kv;
-  if (kv_end > kv_begin + job.split_keys) kv_end = kv_begin + job.split_keys;
+  // Keys this item visits: its chunk, cut to the union of its rows' windows
+  // (whole tiles before the first row's window start are skipped).
+  const std::int64_t chunk_begin = split * job.split_keys;
+  const std::int64_t first_key = key_begin(job, i0) / tkv * tkv;
+  const std::int64_t kv_begin = first_key > chunk_begin ? first_key : chunk_begin;
+  std::int64_t kv_end = key_end(job, i0 + rows - 1);
+  if (kv_end > chunk_begin + job.split_keys) kv_end = chunk_begin + job.split_keys;
   const std::size_t es = dtype_size(DT);
 
   const char* qbase = static_cast<const char*>(job.q) + (b * job.q_strides[0] + h * job.q_strides[1] + i0 * job.q_strides[2]) * es;
@@ -402,9 +413,10 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   for (int d = 0; d < D; ++d) {
     for (int j = 0; j < nvec; ++j) Vec::store(w.ot + std::int64_t(d) * tq + j * W, Vec::zero());
   }
+  const bool sink = job.sinks && split == 0;  // the sink joins the softmax once, in the first chunk
   for (int j = 0; j < nvec; ++j) {
-    Vec::store(w.m + j * W, Vec::set1(kNegInf));
-    Vec::store(w.l + j * W, Vec::zero());
+    Vec::store(w.m + j * W, Vec::set1(sink ? job.sinks[h] * 1.4426950408889634f : kNegInf));
+    Vec::store(w.l + j * W, sink ? Vec::set1(1.0f) : Vec::zero());
   }
 
   for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
@@ -437,13 +449,10 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
     // Sᵀ[c][r] = K[c] · Qᵀ[:, r]
     gemm<false>(kt, ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr);
 
-    // Masking: only tiles crossing the causal diagonal, or any tile under an
-    // explicit mask, pay for it.
-    if (job.causal && j0 + cols > causal_key_end(job, i0)) {
-      for (int r = 0; r < rows; ++r) {
-        const std::int64_t end = causal_key_end(job, i0 + r) - j0;
-        for (int c = end < 0 ? 0 : static_cast<int>(end); c < cols; ++c) w.st[std::int64_t(c) * tq + r] = kNegInf;
-      }
+    // Masking: only tiles crossing a window edge (the causal diagonal, a
+    // band's sides), or any tile under an explicit mask, pay for it.
+    if (job.window.active && (j0 + cols > key_end(job, i0) || j0 < key_begin(job, i0 + rows - 1))) {
+      for (int r = 0; r < rows; ++r) mask_window(job, i0 + r, j0, cols, w.st + r, tq);
     }
     if (job.mask) {
       for (int r = 0; r < rows; ++r) {

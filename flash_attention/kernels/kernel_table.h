@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../common/mask.h"
 #include "flash_attention/flash_attention.h"
 
 namespace fa::detail {
@@ -23,7 +24,8 @@ struct Fa2Job {
   std::int64_t batch, seq_q, seq_kv, heads, kv_group, head_dim;
   std::int64_t q_strides[3], k_strides[3], v_strides[3], o_strides[3];  // batch, head, seq (elements)
   float scale_log2;       // softmax scale * log2(e)
-  bool causal;
+  KeyWindow window;       // causal / sparse-mode key window
+  const float* sinks;     // per-head sink logits (scaled-score units), may be null
   int tile_q, tile_kv, threads;
   std::int64_t q_tiles;
   float* scratch;          // threads * per_thread_floats floats, 64-byte aligned

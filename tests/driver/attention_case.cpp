@@ -45,6 +45,12 @@ std::string describe(const CaseSpec& s) {
       << tile_text(p.tile_kv, default_tile_kv()) << " threads=" << p.threads;
   if (s.input_scale != 1.0) out << " input_scale=" << s.input_scale;
   if (p.isa) out << " isa=" << isa_name(*p.isa);
+  if (p.sparse_mode) {
+    out << " sparse_mode=" << static_cast<int>(*p.sparse_mode);
+    if (p.pre_tokens < kUnboundedTokens) out << " pre=" << p.pre_tokens;
+    if (p.next_tokens < kUnboundedTokens) out << " next=" << p.next_tokens;
+  }
+  if (s.with_sinks) out << " sinks";
   if (p.num_splits != 0 && p.num_splits != 1) {
     out << " splits=" << (p.num_splits == kSplitsAuto ? std::string("auto") : std::to_string(p.num_splits));
   }
@@ -67,7 +73,13 @@ CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
   }
 
   std::vector<std::int8_t> mask;
-  p.causal = spec.mask == MaskMode::kCausal || spec.mask == MaskMode::kCausalAndExplicit;
+  p.causal = !p.sparse_mode && (spec.mask == MaskMode::kCausal || spec.mask == MaskMode::kCausalAndExplicit);
+  std::vector<float> sinks;
+  if (spec.with_sinks) {
+    NormalRng rng(spec.seed * 4 + 5);
+    for (std::int64_t h = 0; h < H; ++h) sinks.push_back(static_cast<float>(rng.next() * 2.0));
+    p.sinks = sinks.data();
+  }
   if (spec.mask == MaskMode::kExplicit || spec.mask == MaskMode::kCausalAndExplicit) {
     // Random 80% density, plus whole rows masked out to exercise the -inf row.
     NormalRng rng(spec.seed * 4 + 3);

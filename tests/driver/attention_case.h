@@ -17,12 +17,15 @@ std::string mask_mode_name(MaskMode mode);
 using ForwardFn = Status (*)(const AttentionParams&, const AttentionTensors&);
 
 struct CaseSpec {
-  AttentionParams params;  // shape, scale, threads, tiles (mask/causal set from `mask`)
+  // Shape, scale, threads, tiles, sparse mode and band; `mask` sets causal
+  // and the explicit mask (with a sparse mode set, kCausal adds nothing).
+  AttentionParams params;
   DType dtype = DType::kF32;
   Layout layout = Layout::kBSH;
   MaskMode mask = MaskMode::kNone;
   std::uint64_t seed = 1;
   double input_scale = 1.0;  // std-dev of Q and K entries (large values -> large logits)
+  bool with_sinks = false;   // random per-head sink logits
 };
 
 struct CaseResult {

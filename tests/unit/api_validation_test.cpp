@@ -1,6 +1,7 @@
 // Bad arguments come back as a Status with a message; nothing aborts.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,19 @@ TEST_F(ApiValidation, MixedDtypesAndStrides) {
   rebuild();
   t.q.strides[2] = -5;
   expect_invalid("strides must be non-negative");
+}
+
+TEST_F(ApiValidation, BadWindowsSinksAndModes) {
+  p.sparse_mode = fa::SparseMode::kBand;
+  p.pre_tokens = -1;
+  expect_invalid("pre_tokens and next_tokens must be >= 0");
+  p.pre_tokens = 4;
+  p.causal = true;
+  expect_invalid("causal and sparse_mode 4 disagree");
+  p.causal = false;
+  const float bad_sinks[2] = {0.5f, std::numeric_limits<float>::quiet_NaN()};
+  p.sinks = bad_sinks;
+  expect_invalid("sinks[1] must be finite");
 }
 
 TEST(ApiNames, ParseAndPrintRoundTrip) {

@@ -46,6 +46,12 @@ CaseSpec random_case(DType dtype, std::uint32_t seed) {
   if (pick(0, 4) == 0) p.scale = 0.05f + 0.2f * static_cast<float>(pick(0, 10));
   const int splits[] = {1, 1, 2, 3, 7, fa::kSplitsAuto};
   p.num_splits = splits[pick(0, 5)];
+  if (pick(0, 2) == 0) {  // a sparse mode instead of the mask mode's causal flag
+    p.sparse_mode = static_cast<fa::SparseMode>(pick(0, 4));
+    if (pick(0, 1)) p.pre_tokens = pick(0, 150);
+    if (pick(0, 1)) p.next_tokens = pick(0, 150);
+  }
+  c.with_sinks = pick(0, 3) == 0;
   return c;
 }
 

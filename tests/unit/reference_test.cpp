@@ -80,4 +80,26 @@ TEST(Reference, RowWithNothingToAttendIsZeroWithMinusInfLse) {
   EXPECT_EQ(fa::attended_pairs(c.p), 1);
 }
 
+TEST(Reference, BandAndSinkInClosedForm) {
+  Tiny c(1, 5, 8);  // scores all 0; values 0..4; query 0 bottom-right aligned at key 4
+  for (int j = 0; j < 5; ++j) {
+    for (int d = 0; d < 8; ++d) c.v[j * 8 + d] = static_cast<float>(j);
+  }
+  c.p.sparse_mode = fa::SparseMode::kBand;
+  c.p.pre_tokens = 2;  // keys 2, 3, 4
+  c.p.next_tokens = 0;
+  const float sink = std::log(3.0f);  // weight 3 against three keys of weight 1
+  c.p.sinks = &sink;
+  std::vector<double> out(8), lse(1);
+  ASSERT_TRUE(fa::reference_forward(c.p, c.t, out.data(), lse.data()).ok());
+  EXPECT_NEAR(out[0], (2.0 + 3.0 + 4.0) / 6.0, 1e-6);  // the sink adds weight, no value
+  EXPECT_NEAR(lse[0], std::log(6.0), 1e-6);
+  EXPECT_EQ(fa::attended_pairs(c.p), 3);
+  c.p.sparse_mode = fa::SparseMode::kCausalTopLeft;  // query 0 sees key 0 only
+  c.p.sinks = nullptr;
+  ASSERT_TRUE(fa::reference_forward(c.p, c.t, out.data(), lse.data()).ok());
+  EXPECT_NEAR(out[0], 0.0, 1e-12);
+  EXPECT_EQ(fa::attended_pairs(c.p), 1);
+}
+
 }  // namespace

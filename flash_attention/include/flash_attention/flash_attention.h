@@ -95,6 +95,19 @@ FA_API std::string built_isas();
 // The CPU's relevant features, e.g. "avx2 fma f16c avx512f ...".
 FA_API std::string cpu_isa_features();
 
+// ----------------------------------------------------------- sparse mode ---
+
+// Which keys a query may attend, as the Ascend operator numbers its modes.
+// A window is [i + offset - pre_tokens, i + offset + next_tokens] for query i.
+enum class SparseMode {
+  kMaskAndBand = 0,        // explicit mask (if any) AND the band, aligned top-left (offset 0)
+  kAll = 1,                // every key
+  kCausalTopLeft = 2,      // j <= i
+  kCausalBottomRight = 3,  // j <= i + seq_kv - seq_q (what `causal` means)
+  kBand = 4,               // sliding window, aligned bottom-right (offset seq_kv - seq_q)
+};
+inline constexpr std::int64_t kUnboundedTokens = std::int64_t{1} << 60;
+
 // ----------------------------------------------------------- tensor view ---
 
 // A strided view of a 4-D tensor with logical axes [batch, heads, seq, dim].
@@ -131,6 +144,14 @@ struct FA_API AttentionParams {
   // Optional explicit mask, int8 [seq_q, seq_kv] row-major, 1 = may attend,
   // shared by every batch and head.  Combined with `causal` by logical AND.
   const std::int8_t* mask = nullptr;
+  // Sparse modes (unset: `causal` decides).  pre_tokens / next_tokens are the
+  // band's left and right sizes for kMaskAndBand and kBand (>= 0).
+  std::optional<SparseMode> sparse_mode;
+  std::int64_t pre_tokens = kUnboundedTokens;
+  std::int64_t next_tokens = kUnboundedTokens;
+  // Attention sinks: one logit per query head (in the units of the scaled
+  // scores) that takes part in every row's softmax denominator; null = none.
+  const float* sinks = nullptr;
 
   // Threads used; 0 means every core this process may run on.  Either way
   // capped by the FA_MAX_THREADS environment variable when set.
