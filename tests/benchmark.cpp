@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <new>
@@ -46,6 +47,9 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"pre-tokens", K::kInt, "N", "band: keys allowed before the aligned diagonal (modes 0 and 4; default unbounded)"},
       {"next-tokens", K::kInt, "N", "band: keys allowed after the aligned diagonal (modes 0 and 4; default unbounded)"},
       {"sinks", K::kString, "X|X1,X2,...", "attention-sink logit for every head, or one per head"},
+      {"softcap", K::kFloat, "X", "logit soft-capping: s = X * tanh(s / X) (default off)"},
+      {"alibi", K::kBool, "", "ALiBi with the standard slopes 2^(-8 (h + 1) / heads)"},
+      {"bias", K::kString, "PATH", "additive fp32 bias [1 or heads, seq_q, seq_kv] (heads from the file size)"},
       {"scale", K::kFloat, "X", "softmax scale (default 1/sqrt(head_dim))"},
       {"num-runs", K::kInt, "N", "timed runs; the median is reported (default 10)"},
       {"warmup-runs", K::kInt, "N", "untimed runs before timing (default 2)"},
@@ -79,6 +83,8 @@ struct Options {
   bool sweep = false, cache_update = true;
   std::string reference = "float64";
   std::vector<float> sinks;  // per head; p.sinks points here
+  std::vector<float> alibi;  // per head; p.alibi_slopes points here
+  std::string bias_path;
   std::vector<std::pair<int, int>> sweep_tiles;
 };
 
@@ -152,6 +158,15 @@ Options read_options(const Args& a) {
   }
   p.pre_tokens = a.integer("pre-tokens", fa::kUnboundedTokens, 0, fa::kUnboundedTokens);
   p.next_tokens = a.integer("next-tokens", fa::kUnboundedTokens, 0, fa::kUnboundedTokens);
+  if (a.has("softcap")) {
+    const double cap = a.real("softcap", 0.0);
+    if (!(cap > 0.0) || cap > 1e30) throw UsageError("--softcap: expected a positive finite number");
+    p.softcap = static_cast<float>(cap);
+  }
+  if (a.flag("alibi")) {
+    for (std::int64_t h = 0; h < p.num_heads; ++h) o.alibi.push_back(std::exp2(-8.0f * float(h + 1) / float(p.num_heads)));
+  }
+  o.bias_path = a.str("bias");
   if (a.has("sinks")) {
     const std::string text = a.str("sinks");
     std::size_t pos = 0;
@@ -359,6 +374,7 @@ int run(int argc, char** argv) {
   Options o = read_options(args);
   fa::AttentionParams& p = o.params;
   if (!o.sinks.empty()) p.sinks = o.sinks.data();
+  if (!o.alibi.empty()) p.alibi_slopes = o.alibi.data();
   fa::Isa isa;
   if (fa::Status s = fa::fa2_select_isa(p, &isa); !s.ok()) throw UsageError(s.message());
   // The tile plan, checked against the CPU's resources before anything is
@@ -413,6 +429,19 @@ int run(int argc, char** argv) {
       p.mask = m;
       mask_note = (p.causal || p.sparse_mode) ? "file AND " + mask_note : "file";
     }
+  }
+  fa::cli::HostBuffer bias;
+  if (!o.bias_path.empty()) {
+    // [1 or heads, seq_q, seq_kv] fp32: the file size says which.
+    const std::size_t one = fa::cli::checked_product({Sq, Skv, 4}, "bias");
+    std::ifstream probe(o.bias_path, std::ios::binary | std::ios::ate);
+    const std::streamoff size = probe ? static_cast<std::streamoff>(probe.tellg()) : -1;
+    const std::int64_t heads = size == static_cast<std::streamoff>(one * H) ? H : 1;
+    bias = fa::cli::read_exact(o.bias_path, one * static_cast<std::size_t>(heads), "bias",
+                               "an fp32 bias [1 or " + std::to_string(H) + " heads, seq_q=" + std::to_string(Sq) +
+                                   ", seq_kv=" + std::to_string(Skv) + "]");
+    p.bias = static_cast<const float*>(bias.data());
+    p.bias_heads = heads;
   }
   for (int s = 1; s < sets; ++s) {
     for (auto* list : {&qs, &ks, &vs}) {

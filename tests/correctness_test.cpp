@@ -90,6 +90,32 @@ std::vector<CaseSpec> build_matrix(DType dtype, bool quick) {
     sinks.params.num_splits = 3;
     cases.push_back(sinks);
   }
+  // Score modifiers: soft-capping, ALiBi, an additive bias (shared and per
+  // head), and all together with GQA, a band, sinks and splits.
+  {
+    CaseSpec c = make_case(dtype, Layout::kBSH, MaskMode::kNone, Shape{1, 60, 75, 4, 2, 32}, 32, 16, 2);
+    c.params.softcap = 3.0f;
+    c.input_scale = 3.0;  // logits well past the cap
+    cases.push_back(c);
+    c.params.softcap = 0.0f;
+    c.input_scale = 1.0;
+    c.with_alibi = true;
+    c.mask = MaskMode::kCausal;
+    cases.push_back(c);
+    c.with_alibi = false;
+    c.bias_heads = 1;
+    cases.push_back(c);
+    c.bias_heads = 4;
+    c.with_alibi = true;
+    c.with_sinks = true;
+    c.params.softcap = 5.0f;
+    c.mask = MaskMode::kNone;
+    c.params.sparse_mode = fa::SparseMode::kBand;
+    c.params.pre_tokens = 30;
+    c.params.next_tokens = 2;
+    c.params.num_splits = 2;
+    cases.push_back(c);
+  }
   // GQA and MQA.
   for (Shape s : {Shape{1, 96, 96, 8, 1, 64}, Shape{2, 50, 70, 6, 3, 48}}) {
     cases.push_back(make_case(dtype, Layout::kBNSD, MaskMode::kCausal, s, 32, 32, 2));

@@ -236,6 +236,20 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
       }
     }
   }
+  if (!std::isfinite(p.softcap) || p.softcap < 0.0f) {
+    return Status::Invalid("softcap must be 0 (off) or a positive finite number (got " + std::to_string(p.softcap) + ")");
+  }
+  if (p.alibi_slopes) {
+    for (std::int64_t h = 0; h < p.num_heads; ++h) {
+      if (!std::isfinite(p.alibi_slopes[h])) {
+        return Status::Invalid("alibi_slopes[" + std::to_string(h) + "] must be finite");
+      }
+    }
+  }
+  if (p.bias && p.bias_heads != 1 && p.bias_heads != p.num_heads) {
+    return Status::Invalid("bias must have 1 or num_heads (" + std::to_string(p.num_heads) +
+                           ") heads: [heads, seq_q, seq_kv] (got bias_heads " + std::to_string(p.bias_heads) + ")");
+  }
   if (p.num_splits < kSplitsAuto || p.num_splits > kMaxSplits) {
     return Status::Invalid("num_splits must be 1 ... " + std::to_string(kMaxSplits) +
                            ", kSplitsAuto or 0 for the default (got " + std::to_string(p.num_splits) + ")");

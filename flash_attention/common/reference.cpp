@@ -11,6 +11,17 @@
 #include "thread_pool.h"
 
 namespace fa {
+namespace detail {
+
+// The score modifiers of AttentionParams applied to a scaled score, in float64.
+double modified_score(const AttentionParams& p, double s, std::int64_t h, std::int64_t i, std::int64_t j) {
+  if (p.softcap > 0.0f) s = double(p.softcap) * std::tanh(s / double(p.softcap));
+  if (p.alibi_slopes) s -= double(p.alibi_slopes[h]) * double(std::llabs(i + p.seq_kv - p.seq_q - j));
+  if (p.bias) s += double(p.bias[((p.bias_heads > 1 ? h : 0) * p.seq_q + i) * p.seq_kv + j]);
+  return s;
+}
+
+}  // namespace detail
 
 Status reference_forward(const AttentionParams& p, const AttentionTensors& t, double* out,
                          double* lse) {
@@ -48,7 +59,7 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
         }
         double dot = 0.0;
         for (std::int64_t d = 0; d < D; ++d) dot += q[d] * k[j * D + d];
-        s[j] = dot * scale;
+        s[j] = detail::modified_score(p, dot * scale, h, i, j);
         row_max = std::max(row_max, s[j]);
       }
       double* o = out + ((b * Sq + i) * H + h) * D;
@@ -114,7 +125,7 @@ Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t,
           dot += r(detail::load_as_f32(t.q.data, t.q.dtype, t.q.offset(b, h, i, d))) *
                  r(detail::load_as_f32(t.k.data, t.k.dtype, t.k.offset(b, hk, j, d)));
         }
-        s[j] = r(r(dot) * scale);
+        s[j] = r(static_cast<float>(detail::modified_score(p, r(r(dot) * scale), h, i, j)));
         row_max = std::max(row_max, s[j]);
       }
       const float shift = subtract_max && row_max != -std::numeric_limits<float>::infinity() ? row_max : 0.0f;

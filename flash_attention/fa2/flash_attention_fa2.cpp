@@ -154,6 +154,10 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   job.scale_log2 = p.softmax_scale() * 1.4426950408889634f;
   job.window = detail::key_window(p);
   job.sinks = p.sinks;
+  job.softcap_log2 = p.softcap * 1.4426950408889634f;
+  job.alibi_slopes = p.alibi_slopes;
+  job.bias = p.bias;
+  job.bias_head_stride = p.bias && p.bias_heads > 1 ? p.seq_q * p.seq_kv : 0;
   job.tile_q = plan.tile_q;
   job.tile_kv = plan.tile_kv;
   job.threads = plan.threads;

@@ -206,6 +206,63 @@ inline void online_softmax_tile(const Workspace& w, int cols, int nvec, int tq) 
   }
 }
 
+// tanh on the vector unit: (1 - e) / (1 + e) with e = exp(-2|x|) <= 1, so
+// the softmax's exp2 serves (absolute error ~1e-7).
+inline typename Vec::T tanh_vec(typename Vec::T x) {
+  const typename Vec::T e = Vec::exp2(Vec::mul(Vec::abs(x), Vec::set1(-2.8853900817779268f)));  // -2 log2(e)
+  const typename Vec::T one = Vec::set1(1.0f);
+  return Vec::copysign(Vec::div(Vec::sub(one, e), Vec::add(one, e)), x);
+}
+
+inline bool has_score_modifiers(const Fa2Job& job) {
+  return job.softcap_log2 > 0.0f || job.alibi_slopes || job.bias;
+}
+
+// Applies softcap, ALiBi and bias (in that order) to scores of rows
+// [i0, i0 + rows) and keys [j0, j0 + cols): s[c * key_stride + r * row_stride].
+// Scores are in log2 units (scaled by scale * log2(e)), so every modifier is too.
+inline void modify_scores(const Fa2Job& job, std::int64_t h, std::int64_t i0, int rows, std::int64_t j0, int cols,
+                          float* s, std::int64_t key_stride, std::int64_t row_stride) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  if (job.softcap_log2 > 0.0f) {
+    // Vectorized along whichever of keys and rows is contiguous.
+    const typename Vec::T cap = Vec::set1(job.softcap_log2), inv = Vec::set1(1.0f / job.softcap_log2);
+    const bool rows_contiguous = row_stride == 1;
+    const int outer = rows_contiguous ? cols : rows, inner = rows_contiguous ? rows : cols;
+    const std::int64_t outer_stride = rows_contiguous ? key_stride : row_stride;
+    for (int a = 0; a < outer; ++a) {
+      float* line = s + a * outer_stride;
+      int b = 0;
+      for (; b + Vec::W <= inner; b += Vec::W) {
+        Vec::store(line + b, Vec::mul(cap, tanh_vec(Vec::mul(Vec::load(line + b), inv))));
+      }
+      if (b < inner) {
+        float buf[Vec::W] = {};
+        for (int k = 0; b + k < inner; ++k) buf[k] = line[b + k];
+        Vec::store(buf, Vec::mul(cap, tanh_vec(Vec::mul(Vec::load(buf), inv))));
+        for (int k = 0; b + k < inner; ++k) line[b + k] = buf[k];
+      }
+    }
+  }
+  if (job.alibi_slopes) {
+    const float slope = job.alibi_slopes[h] * kLog2e;
+    const std::int64_t offset = job.seq_kv - job.seq_q;
+    for (int c = 0; c < cols; ++c) {
+      for (int r = 0; r < rows; ++r) {
+        const std::int64_t dist = i0 + r + offset - (j0 + c);
+        s[c * key_stride + r * row_stride] -= slope * float(dist < 0 ? -dist : dist);
+      }
+    }
+  }
+  if (job.bias) {
+    const float* bias = job.bias + h * job.bias_head_stride;
+    for (int r = 0; r < rows; ++r) {
+      const float* brow = bias + (i0 + r) * job.seq_kv + j0;
+      for (int c = 0; c < cols; ++c) s[c * key_stride + r * row_stride] += brow[c] * kLog2e;
+    }
+  }
+}
+
 // Q tiles this short run row by row with keys, not query rows, in the
 // vector lanes: decoding (one query row) would otherwise idle all lanes but one.
 inline constexpr int kRowPathMaxRows = 4;
@@ -325,6 +382,7 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
       float* srow = w.st;  // [cols] scores, then probabilities
       const float* qr = q + r * D;
       for (int c = 0; c < cols; ++c) srow[c] = dot(qr, kt + c * ldk, D);
+      if (has_score_modifiers(job)) modify_scores(job, h, i0 + r, 1, j0, cols, srow, 1, 0);
       if (job.window.active) mask_window(job, i0 + r, j0, cols, srow, 1);
       if (job.mask) {
         const std::int8_t* mrow = job.mask + (i0 + r) * job.seq_kv + j0;
@@ -448,6 +506,7 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
 
     // Sᵀ[c][r] = K[c] · Qᵀ[:, r]
     gemm<false>(kt, ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr);
+    if (has_score_modifiers(job)) modify_scores(job, h, i0, rows, j0, cols, w.st, tq, 1);
 
     // Masking: only tiles crossing a window edge (the causal diagonal, a
     // band's sides), or any tile under an explicit mask, pay for it.

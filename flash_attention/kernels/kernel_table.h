@@ -26,6 +26,12 @@ struct Fa2Job {
   float scale_log2;       // softmax scale * log2(e)
   KeyWindow window;       // causal / sparse-mode key window
   const float* sinks;     // per-head sink logits (scaled-score units), may be null
+  // Score modifiers (see AttentionParams): softcap in log2 units (cap *
+  // log2(e); 0 = off), ALiBi slopes, additive bias [bias_heads][seq_q][seq_kv].
+  float softcap_log2;
+  const float* alibi_slopes;
+  const float* bias;
+  std::int64_t bias_head_stride;  // 0 when one bias is shared by all heads
   int tile_q, tile_kv, threads;
   std::int64_t q_tiles;
   float* scratch;          // threads * per_thread_floats floats, 64-byte aligned

@@ -25,6 +25,9 @@ struct Vec {
   static T add(T a, T b) { return _mm256_add_ps(a, b); }
   static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
   static T max(T a, T b) { return _mm256_max_ps(a, b); }
+  static T div(T a, T b) { return _mm256_div_ps(a, b); }
+  static T abs(T a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+  static T copysign(T mag, T sign) { return _mm256_or_ps(abs(mag), _mm256_and_ps(_mm256_set1_ps(-0.0f), sign)); }
   static float reduce_add(T v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -25,6 +25,12 @@ struct Vec {
   static T add(T a, T b) { return _mm512_add_ps(a, b); }
   static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
   static T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static T div(T a, T b) { return _mm512_div_ps(a, b); }
+  static T abs(T a) { return _mm512_abs_ps(a); }
+  static T copysign(T mag, T sign) {
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(abs(mag)),
+                                               _mm512_and_si512(_mm512_castps_si512(sign), _mm512_set1_epi32(INT32_MIN))));
+  }
   static float reduce_add(T v) { return _mm512_reduce_add_ps(v); }
   static float reduce_max(T v) { return _mm512_reduce_max_ps(v); }
   static T zero_if_neg_inf(T m) {

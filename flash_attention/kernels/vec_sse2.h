@@ -26,6 +26,10 @@ struct Vec {
   static T add(T a, T b) { return _mm_add_ps(a, b); }
   static T sub(T a, T b) { return _mm_sub_ps(a, b); }
   static T max(T a, T b) { return _mm_max_ps(a, b); }
+  static T div(T a, T b) { return _mm_div_ps(a, b); }
+  static T abs(T a) { return _mm_andnot_ps(_mm_set1_ps(-0.0f), a); }
+  // |mag| with the sign of `sign`.
+  static T copysign(T mag, T sign) { return _mm_or_ps(abs(mag), _mm_and_ps(_mm_set1_ps(-0.0f), sign)); }
   static float reduce_add(T v) {
     v = _mm_add_ps(v, _mm_movehl_ps(v, v));
     v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));

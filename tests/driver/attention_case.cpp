@@ -51,6 +51,9 @@ std::string describe(const CaseSpec& s) {
     if (p.next_tokens < kUnboundedTokens) out << " next=" << p.next_tokens;
   }
   if (s.with_sinks) out << " sinks";
+  if (s.with_alibi) out << " alibi";
+  if (s.bias_heads) out << " bias_heads=" << s.bias_heads;
+  if (p.softcap > 0) out << " softcap=" << p.softcap;
   if (p.num_splits != 0 && p.num_splits != 1) {
     out << " splits=" << (p.num_splits == kSplitsAuto ? std::string("auto") : std::to_string(p.num_splits));
   }
@@ -79,6 +82,18 @@ CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
     NormalRng rng(spec.seed * 4 + 5);
     for (std::int64_t h = 0; h < H; ++h) sinks.push_back(static_cast<float>(rng.next() * 2.0));
     p.sinks = sinks.data();
+  }
+  std::vector<float> slopes, bias;
+  if (spec.with_alibi) {
+    for (std::int64_t h = 0; h < H; ++h) slopes.push_back(std::exp2(-8.0f * float(h + 1) / float(H)));
+    p.alibi_slopes = slopes.data();
+  }
+  if (spec.bias_heads > 0) {
+    NormalRng rng(spec.seed * 4 + 6);
+    bias.resize(static_cast<std::size_t>(spec.bias_heads * Sq * Skv));
+    for (float& x : bias) x = static_cast<float>(rng.next());
+    p.bias = bias.data();
+    p.bias_heads = spec.bias_heads;
   }
   if (spec.mask == MaskMode::kExplicit || spec.mask == MaskMode::kCausalAndExplicit) {
     // Random 80% density, plus whole rows masked out to exercise the -inf row.

@@ -26,6 +26,9 @@ struct CaseSpec {
   std::uint64_t seed = 1;
   double input_scale = 1.0;  // std-dev of Q and K entries (large values -> large logits)
   bool with_sinks = false;   // random per-head sink logits
+  bool with_alibi = false;   // the standard ALiBi slopes 2^(-8 (h + 1) / H)
+  int bias_heads = 0;        // 0: no bias; 1 or num_heads: random normal bias tensor
+  // params.softcap is used as given.
 };
 
 struct CaseResult {

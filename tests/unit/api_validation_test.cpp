@@ -117,6 +117,15 @@ TEST_F(ApiValidation, BadWindowsSinksAndModes) {
   const float bad_sinks[2] = {0.5f, std::numeric_limits<float>::quiet_NaN()};
   p.sinks = bad_sinks;
   expect_invalid("sinks[1] must be finite");
+  p.sinks = nullptr;
+  p.sparse_mode.reset();
+  p.softcap = -2.0f;
+  expect_invalid("softcap must be 0 (off) or a positive finite number");
+  p.softcap = 0.0f;
+  std::vector<float> bias(3 * 16 * 16, 0.0f);
+  p.bias = bias.data();
+  p.bias_heads = 3;  // the call has 2 heads
+  expect_invalid("bias must have 1 or num_heads (2) heads");
 }
 
 TEST(ApiNames, ParseAndPrintRoundTrip) {

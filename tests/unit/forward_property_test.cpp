@@ -52,6 +52,9 @@ CaseSpec random_case(DType dtype, std::uint32_t seed) {
     if (pick(0, 1)) p.next_tokens = pick(0, 150);
   }
   c.with_sinks = pick(0, 3) == 0;
+  c.with_alibi = pick(0, 4) == 0;
+  if (pick(0, 4) == 0) c.bias_heads = pick(0, 1) ? 1 : static_cast<int>(p.num_heads);
+  if (pick(0, 4) == 0) p.softcap = 0.5f + 2.0f * static_cast<float>(pick(0, 10));
   return c;
 }
 

@@ -152,6 +152,14 @@ struct FA_API AttentionParams {
   // Attention sinks: one logit per query head (in the units of the scaled
   // scores) that takes part in every row's softmax denominator; null = none.
   const float* sinks = nullptr;
+  // Score modifiers, applied to s = scale * q·k in this order:
+  //   logit soft-capping  s = softcap * tanh(s / softcap)     (softcap > 0)
+  //   ALiBi               s -= slope[h] * |i + seq_kv - seq_q - j|
+  //   additive bias       s += bias[h or 0][i][j]   (fp32 [bias_heads, seq_q, seq_kv])
+  float softcap = 0.0f;
+  const float* alibi_slopes = nullptr;  // [num_heads]
+  const float* bias = nullptr;
+  std::int64_t bias_heads = 0;          // 1 (shared) or num_heads
 
   // Threads used; 0 means every core this process may run on.  Either way
   // capped by the FA_MAX_THREADS environment variable when set.
