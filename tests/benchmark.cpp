@@ -49,6 +49,8 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"sinks", K::kString, "X|X1,X2,...", "attention-sink logit for every head, or one per head"},
       {"softcap", K::kFloat, "X", "logit soft-capping: s = X * tanh(s / X) (default off)"},
       {"alibi", K::kBool, "", "ALiBi with the standard slopes 2^(-8 (h + 1) / heads)"},
+      {"keep-prob", K::kFloat, "P", "attention dropout: keep each probability with P in (0, 1] (default 1 = off)"},
+      {"dropout-seed", K::kInt, "N", "seed of the dropout pattern (default 0)"},
       {"bias", K::kString, "PATH", "additive fp32 bias [1 or heads, seq_q, seq_kv] (heads from the file size)"},
       {"scale", K::kFloat, "X", "softmax scale (default 1/sqrt(head_dim))"},
       {"num-runs", K::kInt, "N", "timed runs; the median is reported (default 10)"},
@@ -163,6 +165,12 @@ Options read_options(const Args& a) {
     if (!(cap > 0.0) || cap > 1e30) throw UsageError("--softcap: expected a positive finite number");
     p.softcap = static_cast<float>(cap);
   }
+  if (a.has("keep-prob")) {
+    const double keep = a.real("keep-prob", 1.0);
+    if (!(keep > 0.0 && keep <= 1.0)) throw UsageError("--keep-prob: " + a.str("keep-prob") + " is not in (0, 1]");
+    p.keep_prob = static_cast<float>(keep);
+  }
+  p.dropout_seed = static_cast<std::uint64_t>(a.integer("dropout-seed", 0, 0, std::numeric_limits<std::int64_t>::max()));
   if (a.flag("alibi")) {
     for (std::int64_t h = 0; h < p.num_heads; ++h) o.alibi.push_back(std::exp2(-8.0f * float(h + 1) / float(p.num_heads)));
   }

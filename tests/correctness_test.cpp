@@ -116,6 +116,20 @@ std::vector<CaseSpec> build_matrix(DType dtype, bool quick) {
     c.params.num_splits = 2;
     cases.push_back(c);
   }
+  // Dropout, with GQA and causal, split and not.
+  {
+    CaseSpec c = make_case(dtype, Layout::kBNSD, MaskMode::kCausal, Shape{2, 66, 66, 6, 2, 40}, 32, 16, 3);
+    c.params.keep_prob = 0.75f;
+    c.params.dropout_seed = 42;
+    cases.push_back(c);
+    c.params.num_splits = 2;
+    c.with_sinks = true;
+    c.params.sparse_mode = fa::SparseMode::kBand;
+    c.params.pre_tokens = 16;
+    c.params.next_tokens = 0;
+    c.mask = MaskMode::kNone;
+    cases.push_back(c);
+  }
   // GQA and MQA.
   for (Shape s : {Shape{1, 96, 96, 8, 1, 64}, Shape{2, 50, 70, 6, 3, 48}}) {
     cases.push_back(make_case(dtype, Layout::kBNSD, MaskMode::kCausal, s, 32, 32, 2));

@@ -20,6 +20,10 @@ struct KeyWindow {
 // The window of a call (causal and sparse_mode resolved); params.cpp.
 KeyWindow key_window(const AttentionParams& p);
 
+struct Dropout;
+// The dropout of a call (keep_prob and seed resolved); params.cpp.
+Dropout dropout_of(const AttentionParams& p);
+
 static inline std::int64_t clamp_keys(std::int64_t x, std::int64_t seq_kv) {
   return x < 0 ? 0 : (x > seq_kv ? seq_kv : x);
 }

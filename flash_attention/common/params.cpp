@@ -2,12 +2,14 @@
 // depend on the algorithm version.
 #include <sched.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <thread>
 
 #include "flash_attention/flash_attention.h"
+#include "dropout.h"
 #include "mask.h"
 #include "tile_config.h"
 
@@ -89,6 +91,17 @@ int default_tile_q() { return detail::kDefaultTileQ; }
 int default_tile_kv() { return detail::kDefaultTileKv; }
 
 namespace detail {
+
+Dropout dropout_of(const AttentionParams& p) {
+  Dropout d;
+  if (p.keep_prob < 1.0f) {
+    d.active = true;
+    d.seed = p.dropout_seed;
+    d.keep_threshold = static_cast<std::uint32_t>(std::min(4294967295.0, double(p.keep_prob) * 4294967296.0));
+    d.scale = 1.0f / p.keep_prob;
+  }
+  return d;
+}
 
 KeyWindow key_window(const AttentionParams& p) {
   KeyWindow w;
@@ -238,6 +251,9 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
   }
   if (!std::isfinite(p.softcap) || p.softcap < 0.0f) {
     return Status::Invalid("softcap must be 0 (off) or a positive finite number (got " + std::to_string(p.softcap) + ")");
+  }
+  if (!(p.keep_prob > 0.0f && p.keep_prob <= 1.0f)) {
+    return Status::Invalid("keep_prob must be in (0, 1] (got " + std::to_string(p.keep_prob) + ")");
   }
   if (p.alibi_slopes) {
     for (std::int64_t h = 0; h < p.num_heads; ++h) {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "dropout.h"
 #include "dtype_convert.h"
 #include "flash_attention/flash_attention.h"
 #include "mask.h"
@@ -36,6 +37,7 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
   const double scale = p.softmax_scale();
   const int threads = p.threads > 0 ? p.threads : default_thread_count();
   const detail::KeyWindow window = detail::key_window(p);
+  const detail::Dropout drop = detail::dropout_of(p);
 
   detail::ThreadPool::global().parallel_for(B * H, threads, [&](std::int64_t bh, int) {
     const std::int64_t b = bh / H, h = bh % H, hk = h / group;
@@ -76,7 +78,7 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
       for (std::int64_t d = 0; d < D; ++d) o[d] = 0.0;
       for (std::int64_t j = 0; j < Skv; ++j) {
         if (s[j] == 0.0) continue;
-        const double w = s[j] / sum;
+        const double w = s[j] / sum * (drop.active ? double(detail::dropout_factor(drop, bh, i, j)) : 1.0);
         for (std::int64_t d = 0; d < D; ++d) o[d] += w * v[j * D + d];
       }
       if (lse) lse[(b * H + h) * Sq + i] = row_max + std::log(sum);
@@ -109,6 +111,7 @@ Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t,
   const float scale = r(p.softmax_scale());
   const int threads = p.threads > 0 ? p.threads : default_thread_count();
   const detail::KeyWindow window = detail::key_window(p);
+  const detail::Dropout drop = detail::dropout_of(p);
   detail::ThreadPool::global().parallel_for(B * H, threads, [&](std::int64_t bh, int) {
     const std::int64_t b = bh / H, h = bh % H, hk = h / group;
     const float sink = p.sinks ? r(p.sinks[h]) : -std::numeric_limits<float>::infinity();
@@ -139,7 +142,8 @@ Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t,
         float acc = 0.0f;
         for (std::int64_t j = 0; j < Skv; ++j) {
           if (s[j] == 0.0f) continue;
-          acc += r(s[j] / sum) * r(detail::load_as_f32(t.v.data, t.v.dtype, t.v.offset(b, hk, j, d)));
+          const float keep = drop.active ? detail::dropout_factor(drop, bh, i, j) : 1.0f;
+          acc += r(r(s[j] / sum) * keep) * r(detail::load_as_f32(t.v.data, t.v.dtype, t.v.offset(b, hk, j, d)));
         }
         // A row with nothing to attend: 0/0 in the naive form; 0 by definition otherwise.
         o[d] = sum == 0.0f && subtract_max ? 0.0 : static_cast<double>(r(acc));  // (a sink keeps sum > 0)

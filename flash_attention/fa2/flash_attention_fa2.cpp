@@ -158,6 +158,7 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   job.alibi_slopes = p.alibi_slopes;
   job.bias = p.bias;
   job.bias_head_stride = p.bias && p.bias_heads > 1 ? p.seq_q * p.seq_kv : 0;
+  job.dropout = detail::dropout_of(p);
   job.tile_q = plan.tile_q;
   job.tile_kv = plan.tile_kv;
   job.threads = plan.threads;

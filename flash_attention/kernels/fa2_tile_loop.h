@@ -400,6 +400,9 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
       exp2_row(&alpha, 1, 0.0f);
       w.l[r] = w.l[r] * alpha + sum;
       w.m[r] = m_new;
+      if (job.dropout.active) {  // after the row sum took the undropped P
+        for (int c = 0; c < cols; ++c) srow[c] *= detail::dropout_factor(job.dropout, bh, i0 + r, j0 + c);
+      }
       accumulate_row(o + r * D, alpha, srow, vt, ldv, cols, D);
     }
   }
@@ -523,6 +526,13 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
     }
 
     online_softmax_tile(w, cols, nvec, tq);
+    if (job.dropout.active) {  // after the row sum took the undropped P
+      for (int c = 0; c < cols; ++c) {
+        for (int r = 0; r < rows; ++r) {
+          w.st[std::int64_t(c) * tq + r] *= detail::dropout_factor(job.dropout, bh, i0 + r, j0 + c);
+        }
+      }
+    }
 
     // Oᵀ[d][r] = Oᵀ[d][r] * alpha[r] + sum_c V[c][d] * Pᵀ[c][r]
     gemm<true>(vt, 1, ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha);

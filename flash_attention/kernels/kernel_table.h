@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "../common/dropout.h"
 #include "../common/mask.h"
 #include "flash_attention/flash_attention.h"
 
@@ -32,6 +33,7 @@ struct Fa2Job {
   const float* alibi_slopes;
   const float* bias;
   std::int64_t bias_head_stride;  // 0 when one bias is shared by all heads
+  Dropout dropout;
   int tile_q, tile_kv, threads;
   std::int64_t q_tiles;
   float* scratch;          // threads * per_thread_floats floats, 64-byte aligned

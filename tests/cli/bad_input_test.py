@@ -59,6 +59,7 @@ CASES = {
     "causal_and_band": (lambda d: ["--causal", "--sparse-mode=4"], "--causal and --sparse-mode=4 disagree"),
     "sinks_count": (lambda d: ["--num-heads=4", "--sinks=1,2"], "--sinks: 2 values for 4 heads"),
     "bad_softcap": (lambda d: ["--softcap=-1"], "--softcap: expected a positive finite number"),
+    "keep_prob_out_of_range": (lambda d: ["--keep-prob=1.5"], "--keep-prob: 1.5 is not in (0, 1]"),
     "bias_wrong_shape": (lambda d: SHAPE + [f"--bias={write(os.path.join(d, 'b.bin'), 32 * 48 * 4 * 3)}"],
                          "--bias: "),
     "bad_scale": (lambda d: ["--scale=-1"], "--scale"),

@@ -54,6 +54,7 @@ std::string describe(const CaseSpec& s) {
   if (s.with_alibi) out << " alibi";
   if (s.bias_heads) out << " bias_heads=" << s.bias_heads;
   if (p.softcap > 0) out << " softcap=" << p.softcap;
+  if (p.keep_prob < 1.0f) out << " keep_prob=" << p.keep_prob;
   if (p.num_splits != 0 && p.num_splits != 1) {
     out << " splits=" << (p.num_splits == kSplitsAuto ? std::string("auto") : std::to_string(p.num_splits));
   }

@@ -126,6 +126,11 @@ TEST_F(ApiValidation, BadWindowsSinksAndModes) {
   p.bias = bias.data();
   p.bias_heads = 3;  // the call has 2 heads
   expect_invalid("bias must have 1 or num_heads (2) heads");
+  p.bias = nullptr;
+  for (float keep : {0.0f, 1.5f, -0.2f}) {
+    p.keep_prob = keep;
+    expect_invalid("keep_prob must be in (0, 1]");
+  }
 }
 
 TEST(ApiNames, ParseAndPrintRoundTrip) {

@@ -13,6 +13,7 @@
 #include "driver/attention_case.h"
 #include "driver/host_tensor.h"
 #include "driver/version_entry.h"
+#include "common/dropout.h"
 #include "common/dtype_convert.h"
 
 namespace {
@@ -55,6 +56,10 @@ CaseSpec random_case(DType dtype, std::uint32_t seed) {
   c.with_alibi = pick(0, 4) == 0;
   if (pick(0, 4) == 0) c.bias_heads = pick(0, 1) ? 1 : static_cast<int>(p.num_heads);
   if (pick(0, 4) == 0) p.softcap = 0.5f + 2.0f * static_cast<float>(pick(0, 10));
+  if (pick(0, 4) == 0) {
+    p.keep_prob = 0.5f + 0.1f * static_cast<float>(pick(0, 4));
+    p.dropout_seed = seed;
+  }
   return c;
 }
 
@@ -237,6 +242,47 @@ TEST_P(EdgeCases, SplitMatchesUnsplitForEveryMaskMode) {
       EXPECT_LE(r.lse_max_error, fa::cli::kLseBound) << fa::cli::describe(c);
     }
   }
+}
+
+TEST_P(EdgeCases, DropoutIsIndependentOfThreadsTilesAndSplits) {
+  CaseSpec c;
+  c.dtype = dtype();
+  c.mask = MaskMode::kCausal;
+  c.seed = 5;
+  c.params.batch = 2;
+  c.params.seq_q = 70;
+  c.params.seq_kv = 90;
+  c.params.num_heads = 4;
+  c.params.num_kv_heads = 2;  // GQA + causal + dropout
+  c.params.head_dim = 32;
+  c.params.keep_prob = 0.8f;
+  c.params.dropout_seed = 1234;
+  c.params.isa = isa();
+  // Each run is checked against the reference, which draws the same mask:
+  // agreement under different threads, tiles and splits means the dropped
+  // elements did not move.
+  for (auto [threads, tq, tkv, splits] : {std::tuple{1, 16, 16, 1}, {3, 64, 32, 1}, {2, 32, 16, 3}}) {
+    c.params.threads = threads;
+    c.params.tile_q = tq;
+    c.params.tile_kv = tkv;
+    c.params.num_splits = splits;
+    const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(dtype())) << fa::cli::describe(c);
+  }
+}
+
+TEST(Dropout, KeepsTheRequestedFraction) {
+  fa::detail::Dropout d;
+  d.active = true;
+  d.seed = 99;
+  d.keep_threshold = static_cast<std::uint32_t>(0.7 * 4294967296.0);
+  d.scale = 1.0f / 0.7f;
+  std::int64_t kept = 0, n = 0;
+  for (std::uint64_t i = 0; i < 300; ++i) {
+    for (std::uint64_t j = 0; j < 300; ++j, ++n) kept += fa::detail::dropout_factor(d, 3, i, j) != 0.0f;
+  }
+  EXPECT_NEAR(double(kept) / double(n), 0.7, 0.01);
 }
 
 TEST_P(EdgeCases, SplitPlanIsWholeTilesAndCoversTheKeys) {

@@ -157,6 +157,12 @@ struct FA_API AttentionParams {
   //   ALiBi               s -= slope[h] * |i + seq_kv - seq_q - j|
   //   additive bias       s += bias[h or 0][i][j]   (fp32 [bias_heads, seq_q, seq_kv])
   float softcap = 0.0f;
+  // Attention dropout (training): each probability is kept with keep_prob
+  // and scaled by 1 / keep_prob, else zeroed, after normalization; the
+  // log-sum-exp is unaffected.  Which elements drop depends only on
+  // dropout_seed and the element's (batch, head, query, key).  1 = off.
+  float keep_prob = 1.0f;
+  std::uint64_t dropout_seed = 0;
   const float* alibi_slopes = nullptr;  // [num_heads]
   const float* bias = nullptr;
   std::int64_t bias_heads = 0;          // 1 (shared) or num_heads
