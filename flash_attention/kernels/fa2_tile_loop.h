@@ -206,6 +206,38 @@ inline void online_softmax_tile(const Workspace& w, int cols, int nvec, int tq) 
   }
 }
 
+// One K/V tile as fp32 rows: read in place for fp32 inputs, widened into the
+// thread's buffers otherwise.  With FA_ENABLE_ASYNC the next tile's rows are
+// prefetched first, so their loads overlap this tile's work.
+struct KvTile {
+  const float* k;
+  const float* v;
+  std::int64_t ldk, ldv;
+};
+
+template <DType DT, bool kPrefetch>
+inline KvTile load_kv_tile(const Fa2Job& job, const Workspace& w, const char* kbase, const char* vbase, std::int64_t j0,
+                           int cols, std::int64_t kv_end) {
+  const int D = static_cast<int>(job.head_dim), tkv = job.tile_kv;
+  const std::size_t es = dtype_size(DT);
+  const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
+  if constexpr (kPrefetch) {
+    const std::int64_t j1 = j0 + tkv;
+    if (j1 < kv_end) {
+      const int next = static_cast<int>(kv_end - j1 < tkv ? kv_end - j1 : tkv);
+      prefetch_rows(kbase + j1 * ks * es, ks * es, next, D * int(es));
+      prefetch_rows(vbase + j1 * vs * es, vs * es, next, D * int(es));
+    }
+  }
+  if constexpr (DT == DType::kF32) {
+    return {reinterpret_cast<const float*>(kbase) + j0 * ks, reinterpret_cast<const float*>(vbase) + j0 * vs, ks, vs};
+  } else {
+    load_tile<DT>(kbase + j0 * ks * es, ks, cols, D, w.kbuf);
+    load_tile<DT>(vbase + j0 * vs * es, vs, cols, D, w.vbuf);
+    return {w.kbuf, w.vbuf, D, D};
+  }
+}
+
 // tanh on the vector unit: (1 - e) / (1 + e) with e = exp(-2|x|) <= 1, so
 // the softmax's exp2 serves (absolute error ~1e-7).
 inline typename Vec::T tanh_vec(typename Vec::T x) {
@@ -340,7 +372,6 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
   const int D = static_cast<int>(job.head_dim);
   const int tkv = job.tile_kv;
   const std::size_t es = dtype_size(DT);
-  const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
   float* q = w.qt;  // [rows][D], scaled by scale * log2(e)
   float* o = w.ot;  // [rows][D] unnormalized output
   for (int r = 0; r < rows; ++r) {
@@ -355,29 +386,10 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
   }
   for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
-    if constexpr (kPrefetch) {
-      const std::int64_t j1 = j0 + tkv;
-      if (j1 < kv_end) {
-        const int next = static_cast<int>(kv_end - j1 < tkv ? kv_end - j1 : tkv);
-        prefetch_rows(kbase + j1 * ks * es, ks * es, next, D * int(es));
-        prefetch_rows(vbase + j1 * vs * es, vs * es, next, D * int(es));
-      }
-    }
-    const float* kt;
-    const float* vt;
-    std::int64_t ldk, ldv;
-    if constexpr (DT == DType::kF32) {
-      kt = reinterpret_cast<const float*>(kbase) + j0 * ks;
-      vt = reinterpret_cast<const float*>(vbase) + j0 * vs;
-      ldk = ks;
-      ldv = vs;
-    } else {
-      load_tile<DT>(kbase + j0 * ks * es, ks, cols, D, w.kbuf);
-      load_tile<DT>(vbase + j0 * vs * es, vs, cols, D, w.vbuf);
-      kt = w.kbuf;
-      vt = w.vbuf;
-      ldk = ldv = D;
-    }
+    const KvTile kv = load_kv_tile<DT, kPrefetch>(job, w, kbase, vbase, j0, cols, kv_end);
+    const float* kt = kv.k;
+    const float* vt = kv.v;
+    const std::int64_t ldk = kv.ldk, ldv = kv.ldv;
     for (int r = 0; r < rows; ++r) {
       float* srow = w.st;  // [cols] scores, then probabilities
       const float* qr = q + r * D;
@@ -451,7 +463,6 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   const char* qbase = static_cast<const char*>(job.q) + (b * job.q_strides[0] + h * job.q_strides[1] + i0 * job.q_strides[2]) * es;
   const char* kbase = static_cast<const char*>(job.k) + (b * job.k_strides[0] + hk * job.k_strides[1]) * es;
   const char* vbase = static_cast<const char*>(job.v) + (b * job.v_strides[0] + hk * job.v_strides[1]) * es;
-  const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
 
   if (rows <= kRowPathMaxRows) {
     run_rows<DT, kPrefetch>(job, w, rows, i0, kv_begin, kv_end, qbase, kbase, vbase, b, h, bh, split);
@@ -482,30 +493,10 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
 
   for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
-    if constexpr (kPrefetch) {  // FA_ENABLE_ASYNC: start loading the next K/V tile now
-      const std::int64_t j1 = j0 + tkv;
-      if (j1 < kv_end) {
-        const int next = static_cast<int>(kv_end - j1 < tkv ? kv_end - j1 : tkv);
-        prefetch_rows(kbase + j1 * ks * es, ks * es, next, D * int(es));
-        prefetch_rows(vbase + j1 * vs * es, vs * es, next, D * int(es));
-      }
-    }
-    // K and V rows as fp32: read in place for fp32 inputs, converted otherwise.
-    const float* kt;
-    const float* vt;
-    std::int64_t ldk, ldv;
-    if constexpr (DT == DType::kF32) {
-      kt = reinterpret_cast<const float*>(kbase) + j0 * ks;
-      vt = reinterpret_cast<const float*>(vbase) + j0 * vs;
-      ldk = ks;
-      ldv = vs;
-    } else {
-      load_tile<DT>(kbase + j0 * ks * es, ks, cols, D, w.kbuf);
-      load_tile<DT>(vbase + j0 * vs * es, vs, cols, D, w.vbuf);
-      kt = w.kbuf;
-      vt = w.vbuf;
-      ldk = ldv = D;
-    }
+    const KvTile kv = load_kv_tile<DT, kPrefetch>(job, w, kbase, vbase, j0, cols, kv_end);
+    const float* kt = kv.k;
+    const float* vt = kv.v;
+    const std::int64_t ldk = kv.ldk, ldv = kv.ldv;
 
     // Sᵀ[c][r] = K[c] · Qᵀ[:, r]
     gemm<false>(kt, ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr);
