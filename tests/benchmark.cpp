@@ -397,7 +397,7 @@ int run(int argc, char** argv) {
   const std::size_t mask_bytes = o.mask_path.empty() ? 0 : fa::cli::checked_product({Sq, Skv}, "mask");
   const std::size_t lse_bytes = fa::cli::checked_product({B, H, Sq, 4}, "LSE");
   const int threads = p.threads > 0 ? p.threads : fa::default_thread_count();
-  const std::size_t workspace = fa::cli::version_workspace_bytes(p, threads);
+  const std::size_t workspace = fa::cli::version_workspace_bytes(p, o.dtype, threads);
   const std::size_t set_bytes = 2 * q_bytes + 2 * kv_bytes;  // Q, K, V, O
   // Several copies of the inputs when they would fit in cache, so the timed
   // runs read memory the way a real model's call would, not a warm cache.

@@ -94,12 +94,12 @@ bool verbose() {
 
 Status fa2_select_isa(const AttentionParams& p, Isa* isa) { return detail::select_isa(p.isa, isa); }
 
-std::size_t fa2_workspace_bytes(const AttentionParams& p, int threads) {
+std::size_t fa2_workspace_bytes(const AttentionParams& p, DType dtype, int threads) {
   Isa isa = Isa::kGeneric;
   const detail::KernelTable* table = nullptr;
   if (fa2_select_isa(p, &isa).ok()) table = detail::kernel_table(isa);
   TilePlan tiles;
-  if (!table || !fa2_plan(p, DType::kF32, &tiles).ok()) return 0;
+  if (!table || !fa2_plan(p, dtype, &tiles).ok()) return 0;
   const Plan plan = make_plan(p, tiles);
   const int n = threads > 0 ? threads : plan.threads;
   const std::size_t partials = tiles.num_splits > 1 ? static_cast<std::size_t>(tiles.num_splits) *

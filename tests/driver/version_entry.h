@@ -15,8 +15,8 @@ namespace fa::cli {
 inline constexpr const char* kVersionTag = "fa2";
 inline constexpr const char* kVersionTitle = "FlashAttention-v2";
 inline constexpr ForwardFn kForward = &fa2_forward;
-inline std::size_t version_workspace_bytes(const AttentionParams& p, int threads) {
-  return fa2_workspace_bytes(p, threads);
+inline std::size_t version_workspace_bytes(const AttentionParams& p, DType dtype, int threads) {
+  return fa2_workspace_bytes(p, dtype, threads);
 }
 #else
 #error "no driver entry point for this FA_VERSION"

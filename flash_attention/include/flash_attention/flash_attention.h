@@ -205,7 +205,7 @@ struct AttentionTensors {
 FA_API Status validate(const AttentionParams& params, const AttentionTensors& tensors);
 
 // Bytes of scratch memory an fa2_forward call allocates for `threads` threads.
-FA_API std::size_t fa2_workspace_bytes(const AttentionParams& params, int threads);
+FA_API std::size_t fa2_workspace_bytes(const AttentionParams& params, DType dtype, int threads);
 
 // Number of (query, key) pairs that may attend, per (batch, head).
 FA_API std::int64_t attended_pairs(const AttentionParams& params);
