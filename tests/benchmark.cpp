@@ -41,7 +41,9 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"num-kv-heads", K::kInt, "N", "key/value heads for GQA/MQA, divides --num-heads (default: --num-heads)"},
       {"head-dim", K::kInt, "N", "head dimension, a multiple of 8 up to 256 (default 64)"},
       {"dtype", K::kString, "fp16|bf16|fp32", "data type of Q, K, V and O (default fp16)"},
-      {"layout", K::kString, "BSH|BSND|BNSD", "memory layout of the inputs (default BSH)"},
+      {"layout", K::kString, "BSH|BSND|BNSD|TND", "memory layout of the inputs (default BSH; TND needs --cu-seqlens-*)"},
+      {"cu-seqlens-q", K::kString, "0,N1,N2,...", "TND: cumulative query lengths (sets --batch-size and --seq-q)"},
+      {"cu-seqlens-kv", K::kString, "0,M1,M2,...", "TND: cumulative key lengths (sets --seq-kv)"},
       {"causal", K::kBool, "", "causal mask aligned bottom-right, no mask file needed (= --sparse-mode=3)"},
       {"sparse-mode", K::kInt, "0-4", "0 mask+band (top-left), 1 all, 2 causal top-left, 3 causal bottom-right, 4 band"},
       {"pre-tokens", K::kInt, "N", "band: keys allowed before the aligned diagonal (modes 0 and 4; default unbounded)"},
@@ -86,6 +88,7 @@ struct Options {
   std::string reference = "float64";
   std::vector<float> sinks;  // per head; p.sinks points here
   std::vector<float> alibi;  // per head; p.alibi_slopes points here
+  std::vector<std::int32_t> cu_q, cu_kv;  // TND; p.cu_seqlens_* point here
   std::string bias_path;
   std::vector<std::pair<int, int>> sweep_tiles;
 };
@@ -149,6 +152,35 @@ Options read_options(const Args& a) {
   auto lt = fa::parse_layout(layout);
   if (!lt) throw UsageError("--layout: unknown layout '" + layout + "' (expected BSH, BSND or BNSD)");
   o.layout = *lt;
+  if (o.layout == fa::Layout::kTND || a.has("cu-seqlens-q") || a.has("cu-seqlens-kv")) {
+    if (o.layout != fa::Layout::kTND || !a.has("cu-seqlens-q") || !a.has("cu-seqlens-kv")) {
+      throw UsageError("--layout=TND, --cu-seqlens-q and --cu-seqlens-kv go together");
+    }
+    for (auto [flag, list] : {std::pair{"cu-seqlens-q", &o.cu_q}, std::pair{"cu-seqlens-kv", &o.cu_kv}}) {
+      const std::string text = a.str(flag);
+      std::size_t pos = 0;
+      while (pos <= text.size()) {
+        const std::size_t comma = std::min(text.find(',', pos), text.size());
+        const std::string item = text.substr(pos, comma - pos);
+        char* end = nullptr;
+        const long v = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || v < 0 || v > (1L << 30) || (!list->empty() && v < list->back()) ||
+            (list->empty() && v != 0)) {
+          throw UsageError(std::string("--") + flag + ": '" + text +
+                           "' is not a non-decreasing list of token counts starting at 0 (e.g. 0,100,250)");
+        }
+        list->push_back(static_cast<std::int32_t>(v));
+        pos = comma + 1;
+      }
+    }
+    if (o.cu_q.size() != o.cu_kv.size() || o.cu_q.size() < 2) {
+      throw UsageError("--cu-seqlens-q and --cu-seqlens-kv must list the same number (>= 1) of sequences");
+    }
+    p.batch = static_cast<std::int64_t>(o.cu_q.size()) - 1;
+    p.seq_q = o.cu_q.back();
+    p.seq_kv = o.cu_kv.back();
+    if (p.seq_q == 0 || p.seq_kv == 0) throw UsageError("--cu-seqlens-*: the totals must be positive");
+  }
   p.causal = a.flag("causal");
   if (a.has("sparse-mode")) {
     p.sparse_mode = static_cast<fa::SparseMode>(a.integer("sparse-mode", 1, 0, 4));
@@ -383,13 +415,18 @@ int run(int argc, char** argv) {
   fa::AttentionParams& p = o.params;
   if (!o.sinks.empty()) p.sinks = o.sinks.data();
   if (!o.alibi.empty()) p.alibi_slopes = o.alibi.data();
+  if (!o.cu_q.empty()) {
+    p.cu_seqlens_q = o.cu_q.data();
+    p.cu_seqlens_kv = o.cu_kv.data();
+  }
   fa::Isa isa;
   if (fa::Status s = fa::fa2_select_isa(p, &isa); !s.ok()) throw UsageError(s.message());
   // The tile plan, checked against the CPU's resources before anything is
   // allocated (a plan that does not fit is the guide's first trap).
   fa::TilePlan plan;
   if (fa::Status s = fa::fa2_plan(p, o.dtype, &plan); !s.ok()) throw UsageError(s.message());
-  const std::int64_t B = p.batch, Sq = p.seq_q, Skv = p.seq_kv, H = p.num_heads, Hkv = p.kv_heads(),
+  // Packed variable-length tensors are views of batch 1.
+  const std::int64_t B = p.cu_seqlens_q ? 1 : p.batch, Sq = p.seq_q, Skv = p.seq_kv, H = p.num_heads, Hkv = p.kv_heads(),
                      D = p.head_dim;
   const std::size_t es = fa::dtype_size(o.dtype);
   const std::size_t q_bytes = fa::cli::checked_product({B, Sq, H, D, std::int64_t(es)}, "Q");
@@ -536,7 +573,7 @@ int run(int argc, char** argv) {
                   "\"causal\": %s, \"mask\": %s, \"tile_q\": %d, \"tile_kv\": %d, \"tile_source\": \"%s\", "
                   "\"l2_working_set_bytes\": %zu, \"l2_limit_bytes\": %zu, \"threads\": %d, \"core_occupancy_percent\": %.1f, \"num_splits\": %d, "
                   "\"kernel\": \"%s\", ",
-                  fa::cli::kVersionTag, (long long)B, (long long)Sq, (long long)Skv, (long long)H, (long long)Hkv,
+                  fa::cli::kVersionTag, (long long)p.batch, (long long)Sq, (long long)Skv, (long long)H, (long long)Hkv,
                   (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(),
                   std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
                   p.mask ? "true" : "false", tq, tkv, plan.source.c_str(), plan.working_set_bytes, plan.limit_bytes,
@@ -564,7 +601,7 @@ int run(int argc, char** argv) {
     std::cout << "}\n";
   } else {
     std::cout << fa::cli::kVersionTitle << " benchmark (" << fa::cli::kVersionTag << ")\n";
-    std::cout << "Config: batch=" << B << " seq_q=" << Sq << " seq_kv=" << Skv << " heads=" << H
+    std::cout << "Config: batch=" << p.batch << " seq_q=" << Sq << " seq_kv=" << Skv << " heads=" << H
               << " kv_heads=" << Hkv << " head_dim=" << D << " dtype=" << fa::dtype_name(o.dtype)
               << " layout=" << fa::layout_name(o.layout) << " mask=" << mask_note
               << " scale=" << p.softmax_scale() << "\n";

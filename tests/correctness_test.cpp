@@ -130,6 +130,26 @@ std::vector<CaseSpec> build_matrix(DType dtype, bool quick) {
     c.mask = MaskMode::kNone;
     cases.push_back(c);
   }
+  // Variable-length packed sequences (TND): GQA + causal + dropout, an empty
+  // sequence, and a sequence with queries but no keys; a sliding window with
+  // sinks and ALiBi.
+  {
+    // (The shape's lengths are placeholders: run_case packs the sequences.)
+    CaseSpec c = make_case(dtype, Layout::kBSH, MaskMode::kCausal, Shape{1, 64, 64, 6, 2, 32}, 32, 16, 3);
+    c.seq_lens_q = {37, 0, 5, 64, 1};
+    c.seq_lens_kv = {50, 10, 0, 64, 300};
+    c.params.keep_prob = 0.8f;
+    c.params.dropout_seed = 7;
+    cases.push_back(c);
+    c.params.keep_prob = 1.0f;
+    c.mask = MaskMode::kNone;
+    c.params.sparse_mode = fa::SparseMode::kBand;
+    c.params.pre_tokens = 12;
+    c.params.next_tokens = 3;
+    c.with_sinks = true;
+    c.with_alibi = true;
+    cases.push_back(c);
+  }
   // GQA and MQA.
   for (Shape s : {Shape{1, 96, 96, 8, 1, 64}, Shape{2, 50, 70, 6, 3, 48}}) {
     cases.push_back(make_case(dtype, Layout::kBNSD, MaskMode::kCausal, s, 32, 32, 2));
@@ -205,7 +225,7 @@ int run(int argc, char** argv) {
       // A plan beyond this CPU's L2 budget is refused by design (the planner
       // has its own tests); such a case is skipped here, not failed.
       fa::TilePlan plan;
-      if (fa::Status s = fa::fa2_plan(c.params, dtype, &plan); !s.ok()) {
+      if (const fa::Status s = fa::fa2_plan(c.params, dtype, &plan); !s.ok()) {
         ++skipped;
         std::printf("[SKIP] %s  %s\n", fa::cli::describe(c).c_str(), s.message().c_str());
         continue;

@@ -20,6 +20,10 @@ struct KeyWindow {
 // The window of a call (causal and sparse_mode resolved); params.cpp.
 KeyWindow key_window(const AttentionParams& p);
 
+// Sequence b of a variable-length call as a call of its own (batch 1, its
+// own lengths, its own dropout seed); params.cpp.
+AttentionParams sequence_params(const AttentionParams& p, std::int64_t b);
+
 struct Dropout;
 // The dropout of a call (keep_prob and seed resolved); params.cpp.
 Dropout dropout_of(const AttentionParams& p);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <limits>
 #include <string>
 #include <thread>
@@ -38,6 +39,7 @@ std::string_view layout_name(Layout layout) {
     case Layout::kBSH: return "BSH";
     case Layout::kBSND: return "BSND";
     case Layout::kBNSD: return "BNSD";
+    case Layout::kTND: return "TND";
   }
   return "?";
 }
@@ -46,6 +48,7 @@ std::optional<Layout> parse_layout(std::string_view name) {
   if (name == "BSH" || name == "bsh") return Layout::kBSH;
   if (name == "BSND" || name == "bsnd") return Layout::kBSND;
   if (name == "BNSD" || name == "bnsd") return Layout::kBNSD;
+  if (name == "TND" || name == "tnd") return Layout::kTND;
   return std::nullopt;
 }
 
@@ -63,7 +66,7 @@ TensorView make_view(void* data, DType dtype, Layout layout, std::int64_t batch,
     v.strides[2] = head_dim;
     v.strides[1] = seq * head_dim;
     v.strides[0] = heads * seq * head_dim;
-  } else {  // BSH and BSND share their bytes
+  } else {  // BSH, BSND and TND share their bytes
     v.strides[1] = head_dim;
     v.strides[2] = heads * head_dim;
     v.strides[0] = seq * heads * head_dim;
@@ -103,6 +106,17 @@ Dropout dropout_of(const AttentionParams& p) {
   return d;
 }
 
+AttentionParams sequence_params(const AttentionParams& p, std::int64_t b) {
+  AttentionParams q = p;
+  q.batch = 1;
+  q.seq_q = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+  q.seq_kv = p.cu_seqlens_kv[b + 1] - p.cu_seqlens_kv[b];
+  q.cu_seqlens_q = q.cu_seqlens_kv = nullptr;
+  // Each sequence gets its own dropout pattern.
+  q.dropout_seed = p.dropout_seed ^ ((static_cast<std::uint64_t>(b) + 1) * 0x9e3779b97f4a7c15ull);
+  return q;
+}
+
 KeyWindow key_window(const AttentionParams& p) {
   KeyWindow w;
   const std::int64_t bottom_right = p.seq_kv - p.seq_q;
@@ -122,6 +136,11 @@ KeyWindow key_window(const AttentionParams& p) {
 }  // namespace detail
 
 std::int64_t attended_pairs(const AttentionParams& p) {
+  if (p.cu_seqlens_q && p.cu_seqlens_kv) {
+    std::int64_t n = 0;
+    for (std::int64_t b = 0; b < p.batch; ++b) n += attended_pairs(detail::sequence_params(p, b));
+    return n;
+  }
   const detail::KeyWindow w = detail::key_window(p);
   std::int64_t n = 0;
   for (std::int64_t i = 0; i < p.seq_q; ++i) {
@@ -270,11 +289,36 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
     return Status::Invalid("num_splits must be 1 ... " + std::to_string(kMaxSplits) +
                            ", kSplitsAuto or 0 for the default (got " + std::to_string(p.num_splits) + ")");
   }
+  const bool varlen = p.cu_seqlens_q || p.cu_seqlens_kv;
+  if (varlen) {
+    if (!p.cu_seqlens_q || !p.cu_seqlens_kv) {
+      return Status::Invalid("cu_seqlens_q and cu_seqlens_kv must be given together");
+    }
+    if (p.mask || p.bias || p.num_splits > 1) {
+      return Status::Invalid("variable-length sequences (cu_seqlens) do not combine with an explicit mask, a bias "
+                             "tensor or num_splits > 1");
+    }
+    for (const auto& [name, cu, total] : {std::tuple{"cu_seqlens_q", p.cu_seqlens_q, p.seq_q},
+                                          std::tuple{"cu_seqlens_kv", p.cu_seqlens_kv, p.seq_kv}}) {
+      if (cu[0] != 0) return Status::Invalid(std::string(name) + "[0] must be 0 (got " + std::to_string(cu[0]) + ")");
+      for (std::int64_t b = 0; b < p.batch; ++b) {
+        if (cu[b + 1] < cu[b]) {
+          return Status::Invalid(std::string(name) + " must not decrease (entry " + std::to_string(b + 1) + ": " +
+                                 std::to_string(cu[b + 1]) + " < " + std::to_string(cu[b]) + ")");
+        }
+      }
+      if (cu[p.batch] != total) {
+        return Status::Invalid(std::string(name) + "[batch] = " + std::to_string(cu[p.batch]) +
+                               " does not match the tensors' " + std::to_string(total) + " tokens");
+      }
+    }
+  }
+  const std::int64_t view_batch = varlen ? 1 : p.batch;
   const DType dt = t.q.dtype;
-  if (Status s = check_view("Q", t.q, p.batch, p.num_heads, p.seq_q, p.head_dim, dt); !s.ok()) return s;
-  if (Status s = check_view("K", t.k, p.batch, p.kv_heads(), p.seq_kv, p.head_dim, dt); !s.ok()) return s;
-  if (Status s = check_view("V", t.v, p.batch, p.kv_heads(), p.seq_kv, p.head_dim, dt); !s.ok()) return s;
-  if (Status s = check_view("O", t.o, p.batch, p.num_heads, p.seq_q, p.head_dim, dt); !s.ok()) return s;
+  if (Status s = check_view("Q", t.q, view_batch, p.num_heads, p.seq_q, p.head_dim, dt); !s.ok()) return s;
+  if (Status s = check_view("K", t.k, view_batch, p.kv_heads(), p.seq_kv, p.head_dim, dt); !s.ok()) return s;
+  if (Status s = check_view("V", t.v, view_batch, p.kv_heads(), p.seq_kv, p.head_dim, dt); !s.ok()) return s;
+  if (Status s = check_view("O", t.o, view_batch, p.num_heads, p.seq_q, p.head_dim, dt); !s.ok()) return s;
   return Status::Ok();
 }
 

@@ -22,15 +22,60 @@ double modified_score(const AttentionParams& p, double s, std::int64_t h, std::i
   return s;
 }
 
+// Runs `fn(sequence params, tensors of the sequence, first query token)` for
+// each sequence of a variable-length call: the packed tensors viewed at the
+// sequence's rows, so each sequence is an ordinary call of batch 1.
+template <class Fn>
+Status for_each_sequence(const AttentionParams& p, const AttentionTensors& t, Fn&& fn) {
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const AttentionParams sp = sequence_params(p, b);
+    const std::int64_t q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_kv[b];
+    AttentionTensors st = t;
+    const std::size_t es = dtype_size(t.q.dtype);
+    st.q.data = static_cast<char*>(t.q.data) + q0 * t.q.strides[2] * es;
+    st.k.data = static_cast<char*>(t.k.data) + k0 * t.k.strides[2] * es;
+    st.v.data = static_cast<char*>(t.v.data) + k0 * t.v.strides[2] * es;
+    st.q.shape[2] = sp.seq_q;
+    st.k.shape[2] = st.v.shape[2] = sp.seq_kv;
+    st.o.shape[2] = sp.seq_q;
+    if (sp.seq_q == 0 || sp.seq_kv == 0) continue;  // nothing to attend: the caller's defaults stand
+    if (Status s = fn(sp, st, q0); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
 }  // namespace detail
 
 Status reference_forward(const AttentionParams& p, const AttentionTensors& t, double* out,
                          double* lse) {
   // The reference never writes O, so validate against a stand-in O view.
+  const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
   AttentionTensors checked = t;
-  checked.o = make_view(out, t.q.dtype, Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
+  checked.o = make_view(out, t.q.dtype, Layout::kBSH, varlen ? 1 : p.batch, p.num_heads, p.seq_q, p.head_dim);
   if (Status s = validate(p, checked); !s.ok()) return s;
   if (out == nullptr) return Status::Invalid("reference_forward: output pointer is null");
+  if (varlen) {  // [1, total, H, D] output and [1, H, total] LSE, one sequence at a time
+    for (std::int64_t i = 0; i < p.seq_q * p.num_heads * p.head_dim; ++i) out[i] = 0.0;
+    if (lse) {  // what a sequence without keys keeps: -inf, or its head's sink
+      for (std::int64_t h = 0; h < p.num_heads; ++h) {
+        for (std::int64_t i = 0; i < p.seq_q; ++i) {
+          lse[h * p.seq_q + i] = p.sinks ? double(p.sinks[h]) : -std::numeric_limits<double>::infinity();
+        }
+      }
+    }
+    return detail::for_each_sequence(p, checked, [&](const AttentionParams& sp, const AttentionTensors& st, std::int64_t q0) {
+      std::vector<double> seq_lse(static_cast<std::size_t>(sp.num_heads * sp.seq_q));
+      AttentionTensors sv = st;
+      sv.o = make_view(out + q0 * p.num_heads * p.head_dim, t.q.dtype, Layout::kBSH, 1, sp.num_heads, sp.seq_q, sp.head_dim);
+      if (Status s = reference_forward(sp, sv, out + q0 * p.num_heads * p.head_dim, seq_lse.data()); !s.ok()) return s;
+      if (lse) {
+        for (std::int64_t h = 0; h < sp.num_heads; ++h) {
+          for (std::int64_t i = 0; i < sp.seq_q; ++i) lse[h * p.seq_q + q0 + i] = seq_lse[h * sp.seq_q + i];
+        }
+      }
+      return Status::Ok();
+    });
+  }
 
   const std::int64_t B = p.batch, H = p.num_heads, Sq = p.seq_q, Skv = p.seq_kv, D = p.head_dim;
   const std::int64_t group = H / p.kv_heads();
@@ -93,10 +138,17 @@ namespace fa {
 
 Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t, DType compute, bool subtract_max,
                             double* out) {
+  const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
   AttentionTensors checked = t;
-  checked.o = make_view(out, t.q.dtype, Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
+  checked.o = make_view(out, t.q.dtype, Layout::kBSH, varlen ? 1 : p.batch, p.num_heads, p.seq_q, p.head_dim);
   if (Status s = validate(p, checked); !s.ok()) return s;
   if (out == nullptr) return Status::Invalid("same_dtype_attention: output pointer is null");
+  if (varlen) {
+    for (std::int64_t i = 0; i < p.seq_q * p.num_heads * p.head_dim; ++i) out[i] = 0.0;
+    return detail::for_each_sequence(p, checked, [&](const AttentionParams& sp, const AttentionTensors& st, std::int64_t q0) {
+      return same_dtype_attention(sp, st, compute, subtract_max, out + q0 * p.num_heads * p.head_dim);
+    });
+  }
   const std::int64_t B = p.batch, H = p.num_heads, Sq = p.seq_q, Skv = p.seq_kv, D = p.head_dim;
   const std::int64_t group = H / p.kv_heads();
   // Round an fp32 value to the compute dtype and back.

@@ -104,11 +104,11 @@ int max_threads_from_env() {
 
 // Items are handed out longest first (last Q tiles first); each goes to the
 // thread that frees up first.  Cost of an item = K/V tiles it visits.
-double simulate_occupancy(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, int splits,
-                          std::int64_t split_keys, int threads) {
+// Hands the items of one call (or one sequence) to the thread that frees up
+// first, in the kernel's order, adding their costs to `busy` and `total`.
+void add_items(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, int splits, std::int64_t split_keys,
+               std::vector<double>& busy, double& total) {
   const detail::KeyWindow window = detail::key_window(p);
-  std::vector<double> busy(static_cast<std::size_t>(threads), 0.0);
-  double total = 0.0;
   for (std::int64_t qt = q_tiles - 1; qt >= 0; --qt) {
     const std::int64_t last_row = std::min<std::int64_t>((qt + 1) * tq, p.seq_q) - 1;
     const std::int64_t kv_begin = detail::window_begin(window, qt * tq, p.seq_kv) / tkv * tkv;
@@ -124,6 +124,13 @@ double simulate_occupancy(const AttentionParams& p, int tq, int tkv, std::int64_
       }
     }
   }
+}
+
+double simulate_occupancy(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, int splits,
+                          std::int64_t split_keys, int threads) {
+  std::vector<double> busy(static_cast<std::size_t>(threads), 0.0);
+  double total = 0.0;
+  add_items(p, tq, tkv, q_tiles, splits, split_keys, busy, total);
   const double longest = *std::max_element(busy.begin(), busy.end());
   return longest > 0 ? total / (double(threads) * longest) : 1.0;
 }
@@ -192,6 +199,22 @@ Status tuning_cache_store(const AttentionParams& p, DType dtype, Isa isa, int ti
 }
 
 Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
+  // The planner divides by these: refuse what validate() would refuse.
+  for (auto [what, value] : {std::pair<const char*, std::int64_t>{"batch", p.batch},
+                             {"seq_q", p.seq_q},
+                             {"seq_kv", p.seq_kv},
+                             {"num_heads", p.num_heads},
+                             {"head_dim", p.head_dim}}) {
+    if (value <= 0) {
+      return Status::Invalid(std::string(what) + " must be a positive integer (got " + std::to_string(value) + ")");
+    }
+  }
+  for (int tile : {p.tile_q, p.tile_kv}) {
+    if (tile != 0 && tile != kTileAuto && !valid_tile(tile)) {
+      return Status::Invalid("tile_q and tile_kv must be powers of two from 16 to 512, kTileAuto or 0 (got " +
+                             std::to_string(tile) + ")");
+    }
+  }
   Isa isa;
   if (Status s = detail::select_isa(p.isa, &isa); !s.ok()) return s;
   const detail::TargetInfo* target = detail::find_target(std::string(isa_name(isa)).c_str());
@@ -232,14 +255,22 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
   plan->target = isa_name(isa);
   plan->source = source;
   const std::int64_t q_tiles = (p.seq_q + tq - 1) / tq;
-  const std::int64_t unsplit_items = q_tiles * p.batch * p.num_heads;
+  std::int64_t unsplit_items = q_tiles * p.batch * p.num_heads;
+  if (p.cu_seqlens_q && p.cu_seqlens_kv) {
+    unsplit_items = 0;
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      unsplit_items += (p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] + tq - 1) / tq * p.num_heads;
+    }
+  }
   int threads = p.threads > 0 ? p.threads : default_thread_count();
   if (const int cap = max_threads_from_env(); cap > 0 && cap < threads) threads = cap;
 
   // Split-KV: chunks of whole K/V tiles, at least FA_SPLIT_THRESHOLD keys.
   // Auto splits only when the unsplit items would leave threads idle (the
   // decoding case), aiming at two items per thread.
+  const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
   int want = p.num_splits != 0 ? p.num_splits : (detail::kSplitByDefault ? kSplitsAuto : 1);
+  if (varlen) want = 1;  // sequences are the parallelism; no split-KV
   if (want == kSplitsAuto) {
     want = 1;
     if (unsplit_items < threads) {
@@ -256,9 +287,22 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
   plan->num_splits = static_cast<int>((p.seq_kv + split_keys - 1) / split_keys);
   plan->split_keys = split_keys;
   plan->work_items = unsplit_items * plan->num_splits;
-  if (plan->work_items < threads) threads = static_cast<int>(plan->work_items);
+  if (plan->work_items < threads) threads = static_cast<int>(std::max<std::int64_t>(plan->work_items, 1));
   plan->threads = threads;
-  plan->occupancy = threads <= 1 ? 1.0 : simulate_occupancy(p, tq, tkv, q_tiles, plan->num_splits, split_keys, threads);
+  if (threads <= 1) {
+    plan->occupancy = 1.0;
+  } else if (varlen) {
+    std::vector<double> busy(static_cast<std::size_t>(threads), 0.0);
+    double work = 0.0;
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      const AttentionParams sp = detail::sequence_params(p, b);
+      add_items(sp, tq, tkv, (sp.seq_q + tq - 1) / tq, 1, std::max<std::int64_t>(sp.seq_kv, 1), busy, work);
+    }
+    const double longest = *std::max_element(busy.begin(), busy.end());
+    plan->occupancy = longest > 0 ? work / (double(threads) * longest) : 1.0;
+  } else {
+    plan->occupancy = simulate_occupancy(p, tq, tkv, q_tiles, plan->num_splits, split_keys, threads);
+  }
   if (plan->working_set_bytes > limit) {
     // Suggest the largest tile_q that fits with this tile_kv, else the
     // largest square-ish pair below the request.

@@ -10,6 +10,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include <cmath>
 #include <limits>
@@ -137,6 +138,8 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   job.v = t.v.data;
   job.o = t.o.data;
   job.lse = t.lse;
+  job.lse_strides[0] = p.num_heads * p.seq_q;
+  job.lse_strides[1] = p.seq_q;
   job.mask = p.mask;
   job.dtype = t.q.dtype;
   job.batch = p.batch;
@@ -181,8 +184,41 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
                  static_cast<long long>(p.num_heads), static_cast<long long>(p.kv_heads()),
                  static_cast<long long>(p.head_dim), job.window.active ? 1 : 0, p.mask ? 1 : 0, p.sinks ? 1 : 0, bytes);
   }
-  table->fa2_run(job);
-  if (job.num_splits > 1) combine_splits(job, tiles);
+  if (!p.cu_seqlens_q) {
+    table->fa2_run(&job, nullptr, 1);
+    if (job.num_splits > 1) combine_splits(job, tiles);
+    return Status::Ok();
+  }
+  // Variable-length: one job per sequence over its own rows of the packed
+  // tensors (no padding anywhere), all run in one parallel loop.
+  std::vector<detail::Fa2Job> jobs;
+  std::vector<std::int64_t> ends;
+  jobs.reserve(static_cast<std::size_t>(p.batch));
+  std::int64_t total = 0;
+  const std::size_t es = dtype_size(job.dtype);
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const AttentionParams sp = detail::sequence_params(p, b);
+    detail::Fa2Job sj = job;
+    const std::int64_t q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_kv[b];
+    sj.q = static_cast<const char*>(t.q.data) + q0 * t.q.strides[2] * es;
+    sj.o = static_cast<char*>(t.o.data) + q0 * t.o.strides[2] * es;
+    sj.k = static_cast<const char*>(t.k.data) + k0 * t.k.strides[2] * es;
+    sj.v = static_cast<const char*>(t.v.data) + k0 * t.v.strides[2] * es;
+    sj.lse = t.lse ? t.lse + q0 : nullptr;
+    sj.lse_strides[0] = 0;
+    sj.lse_strides[1] = p.seq_q;  // [1, heads, total_q]
+    sj.batch = 1;
+    sj.seq_q = sp.seq_q;
+    sj.seq_kv = sp.seq_kv;
+    sj.window = detail::key_window(sp);
+    sj.dropout = detail::dropout_of(sp);
+    sj.q_tiles = (sp.seq_q + plan.tile_q - 1) / plan.tile_q;
+    sj.num_splits = 1;
+    sj.split_keys = sp.seq_kv > 0 ? sp.seq_kv : 1;
+    jobs.push_back(sj);
+    ends.push_back(total += sj.q_tiles * sj.heads);
+  }
+  if (total > 0) table->fa2_run(jobs.data(), ends.data(), jobs.size());
   return Status::Ok();
 }
 

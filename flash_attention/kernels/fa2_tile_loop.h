@@ -430,7 +430,7 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
     }
     char* orow = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + (i0 + r) * job.o_strides[2]) * es;
     for (int d = 0; d < D; ++d) store_scalar<DT>(orow, d, o[r * D + d] * inv);
-    if (job.lse) job.lse[bh * job.seq_q + i0 + r] = lse;
+    if (job.lse) job.lse[b * job.lse_strides[0] + h * job.lse_strides[1] + i0 + r] = lse;
   }
 }
 
@@ -559,27 +559,46 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
     }
   }
   if (job.lse) {
-    float* lse = job.lse + (b * job.heads + h) * job.seq_q + i0;
+    float* lse = job.lse + b * job.lse_strides[0] + h * job.lse_strides[1] + i0;
     for (int r = 0; r < rows; ++r) lse[r] = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
   }
 }
 
+inline std::int64_t job_items(const Fa2Job& job) { return job.q_tiles * job.batch * job.heads * job.num_splits; }
+
 template <DType DT, bool kPrefetch>
-void run_all(const Fa2Job& job) {
-  const std::int64_t items = job.q_tiles * job.batch * job.heads * job.num_splits;
-  detail::ThreadPool::global().parallel_for(items, job.threads, [&job](std::int64_t item, int worker) {
+void run_all(const Fa2Job* jobs, const std::int64_t* ends, std::size_t count) {
+  const Fa2Job& first = jobs[0];
+  if (count == 1) {
+    detail::ThreadPool::global().parallel_for(job_items(first), first.threads, [&first](std::int64_t item, int worker) {
+      const Workspace w = Workspace::carve(first.scratch + first.per_thread_floats * worker, first.tile_q,
+                                           first.tile_kv, static_cast<int>(first.head_dim));
+      run_item<DT, kPrefetch>(first, item, w);
+    });
+    return;
+  }
+  // Several jobs (variable-length sequences): one item space, the job found
+  // by binary search over the running item counts `ends` (computed by the
+  // caller: no container code in a file built with wide-vector flags).
+  detail::ThreadPool::global().parallel_for(ends[count - 1], first.threads, [&](std::int64_t item, int worker) {
+    std::size_t lo = 0, hi = count - 1;
+    while (lo < hi) {
+      const std::size_t mid = (lo + hi) / 2;
+      if (ends[mid] > item) hi = mid; else lo = mid + 1;
+    }
+    const Fa2Job& job = jobs[lo];
     const Workspace w = Workspace::carve(job.scratch + job.per_thread_floats * worker, job.tile_q, job.tile_kv,
                                          static_cast<int>(job.head_dim));
-    run_item<DT, kPrefetch>(job, item, w);
+    run_item<DT, kPrefetch>(job, item - (lo == 0 ? 0 : ends[lo - 1]), w);
   });
 }
 
 template <bool kPrefetch>
-void fa2_run_impl(const Fa2Job& job) {
-  switch (job.dtype) {
-    case DType::kF32: run_all<DType::kF32, kPrefetch>(job); break;
-    case DType::kF16: run_all<DType::kF16, kPrefetch>(job); break;
-    case DType::kBF16: run_all<DType::kBF16, kPrefetch>(job); break;
+void fa2_run_impl(const Fa2Job* jobs, const std::int64_t* ends, std::size_t count) {
+  switch (jobs[0].dtype) {
+    case DType::kF32: run_all<DType::kF32, kPrefetch>(jobs, ends, count); break;
+    case DType::kF16: run_all<DType::kF16, kPrefetch>(jobs, ends, count); break;
+    case DType::kBF16: run_all<DType::kBF16, kPrefetch>(jobs, ends, count); break;
   }
 }
 

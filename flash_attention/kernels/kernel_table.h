@@ -20,6 +20,7 @@ struct Fa2Job {
   const void* v;
   void* o;
   float* lse;             // may be null
+  std::int64_t lse_strides[2];  // batch, head (elements); rows are contiguous
   const std::int8_t* mask;  // may be null
   DType dtype;
   std::int64_t batch, seq_q, seq_kv, heads, kv_group, head_dim;
@@ -53,7 +54,10 @@ struct KernelTable {
   const char* name;
   // Scratch floats one thread needs for a (tile_q, tile_kv, head_dim) plan.
   std::size_t (*fa2_workspace_floats)(int tile_q, int tile_kv, int head_dim);
-  void (*fa2_run)(const Fa2Job& job);
+  // Runs the items of `count` jobs (one per sequence for variable-length
+  // calls) in one parallel loop; they share dtype, tiles, threads and
+  // scratch.  item_ends[j] = items of jobs 0..j (used when count > 1).
+  void (*fa2_run)(const Fa2Job* jobs, const std::int64_t* item_ends, std::size_t count);
   // out[i] = 2^in[i] with the softmax's exp2 (tests check its accuracy).
   void (*exp2_array)(const float* in, float* out, int n);
   // FMA throughput of this path's vector unit on the calling thread, GFLOP/s.

@@ -39,11 +39,18 @@ std::string tile_text(int tile, int build_default) {
 std::string describe(const CaseSpec& s) {
   const AttentionParams& p = s.params;
   std::ostringstream out;
-  out << dtype_name(s.dtype) << " " << layout_name(s.layout) << " " << mask_mode_name(s.mask)
+  out << dtype_name(s.dtype) << " " << (s.seq_lens_q.empty() ? layout_name(s.layout) : "TND") << " "
+      << mask_mode_name(s.mask)
       << " B=" << p.batch << " Sq=" << p.seq_q << " Skv=" << p.seq_kv << " H=" << p.num_heads
       << " Hkv=" << p.kv_heads() << " D=" << p.head_dim << " tile=" << tile_text(p.tile_q, default_tile_q()) << "x"
       << tile_text(p.tile_kv, default_tile_kv()) << " threads=" << p.threads;
   if (s.input_scale != 1.0) out << " input_scale=" << s.input_scale;
+  if (!s.seq_lens_q.empty()) {
+    out << " varlen q=";
+    for (std::size_t i = 0; i < s.seq_lens_q.size(); ++i) out << (i ? "," : "") << s.seq_lens_q[i];
+    out << " kv=";
+    for (std::size_t i = 0; i < s.seq_lens_kv.size(); ++i) out << (i ? "," : "") << s.seq_lens_kv[i];
+  }
   if (p.isa) out << " isa=" << isa_name(*p.isa);
   if (p.sparse_mode) {
     out << " sparse_mode=" << static_cast<int>(*p.sparse_mode);
@@ -63,7 +70,20 @@ std::string describe(const CaseSpec& s) {
 
 CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
   AttentionParams p = spec.params;
-  const std::int64_t B = p.batch, H = p.num_heads, Hkv = p.kv_heads(), Sq = p.seq_q, Skv = p.seq_kv,
+  const bool varlen = !spec.seq_lens_q.empty();
+  std::vector<std::int32_t> cu_q{0}, cu_kv{0};
+  Layout layout = spec.layout;
+  if (varlen) {  // packed: batch = sequences, seq = total tokens, views of batch 1
+    for (int n : spec.seq_lens_q) cu_q.push_back(cu_q.back() + n);
+    for (int n : spec.seq_lens_kv) cu_kv.push_back(cu_kv.back() + n);
+    p.batch = static_cast<std::int64_t>(spec.seq_lens_q.size());
+    p.seq_q = cu_q.back();
+    p.seq_kv = cu_kv.back();
+    p.cu_seqlens_q = cu_q.data();
+    p.cu_seqlens_kv = cu_kv.data();
+    layout = Layout::kTND;
+  }
+  const std::int64_t B = varlen ? 1 : p.batch, H = p.num_heads, Hkv = p.kv_heads(), Sq = p.seq_q, Skv = p.seq_kv,
                      D = p.head_dim;
   const std::size_t es = dtype_size(spec.dtype);
   HostBuffer q(B * H * Sq * D * es), k(B * Hkv * Skv * D * es), v(B * Hkv * Skv * D * es),
@@ -110,10 +130,10 @@ CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
   }
 
   AttentionTensors t;
-  t.q = make_view(q.data(), spec.dtype, spec.layout, B, H, Sq, D);
-  t.k = make_view(k.data(), spec.dtype, spec.layout, B, Hkv, Skv, D);
-  t.v = make_view(v.data(), spec.dtype, spec.layout, B, Hkv, Skv, D);
-  t.o = make_view(o.data(), spec.dtype, spec.layout, B, H, Sq, D);
+  t.q = make_view(q.data(), spec.dtype, layout, B, H, Sq, D);
+  t.k = make_view(k.data(), spec.dtype, layout, B, Hkv, Skv, D);
+  t.v = make_view(v.data(), spec.dtype, layout, B, Hkv, Skv, D);
+  t.o = make_view(o.data(), spec.dtype, layout, B, H, Sq, D);
   std::vector<float> lse(static_cast<std::size_t>(B * H * Sq), std::numeric_limits<float>::quiet_NaN());
   t.lse = lse.data();
 

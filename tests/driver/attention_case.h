@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "flash_attention/flash_attention.h"
 
@@ -28,6 +29,9 @@ struct CaseSpec {
   bool with_sinks = false;   // random per-head sink logits
   bool with_alibi = false;   // the standard ALiBi slopes 2^(-8 (h + 1) / H)
   int bias_heads = 0;        // 0: no bias; 1 or num_heads: random normal bias tensor
+  // Variable-length sequences (layout TND): lengths per sequence; when set,
+  // params.batch / seq_q / seq_kv are derived from them.
+  std::vector<int> seq_lens_q, seq_lens_kv;
   // params.softcap is used as given.
 };
 

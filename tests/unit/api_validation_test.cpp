@@ -30,6 +30,17 @@ class ApiValidation : public ::testing::Test {
     t.v = t.k;
     t.o = fa::make_view(o.data(), fa::DType::kF32, fa::Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
   }
+  // Views of batch 1 over the same 16 tokens, for variable-length calls.
+  void rebuild_packed() {
+    const std::int64_t hkv = p.kv_heads();
+    q.assign(p.num_heads * p.seq_q * p.head_dim, 0.5f);
+    kv.assign(hkv * p.seq_kv * p.head_dim, 0.25f);
+    o.assign(q.size(), 0.0f);
+    t.q = fa::make_view(q.data(), fa::DType::kF32, fa::Layout::kTND, 1, p.num_heads, p.seq_q, p.head_dim);
+    t.k = fa::make_view(kv.data(), fa::DType::kF32, fa::Layout::kTND, 1, hkv, p.seq_kv, p.head_dim);
+    t.v = t.k;
+    t.o = fa::make_view(o.data(), fa::DType::kF32, fa::Layout::kTND, 1, p.num_heads, p.seq_q, p.head_dim);
+  }
   void expect_invalid(const std::string& fragment) {
     const fa::Status s = fa::cli::kForward(p, t);
     EXPECT_FALSE(s.ok());
@@ -133,15 +144,34 @@ TEST_F(ApiValidation, BadWindowsSinksAndModes) {
   }
 }
 
+TEST_F(ApiValidation, BadVariableLengths) {
+  // Two sequences of 10 and 6 queries / keys packed into the 16 tokens.
+  p.batch = 2;
+  rebuild_packed();
+  std::int32_t cu_q[] = {0, 10, 16}, cu_kv[] = {0, 6, 16};
+  p.cu_seqlens_q = cu_q;
+  p.cu_seqlens_kv = cu_kv;
+  EXPECT_TRUE(fa::cli::kForward(p, t).ok());
+  std::int32_t decreasing[] = {0, 12, 10};
+  p.cu_seqlens_q = decreasing;
+  expect_invalid("cu_seqlens_q must not decrease");
+  std::int32_t short_total[] = {0, 6, 15};
+  p.cu_seqlens_q = cu_q;
+  p.cu_seqlens_kv = short_total;
+  expect_invalid("cu_seqlens_kv[batch] = 15 does not match the tensors' 16 tokens");
+  p.cu_seqlens_kv = nullptr;
+  expect_invalid("must be given together");
+}
+
 TEST(ApiNames, ParseAndPrintRoundTrip) {
   for (fa::DType d : {fa::DType::kF32, fa::DType::kF16, fa::DType::kBF16}) {
     EXPECT_EQ(fa::parse_dtype(fa::dtype_name(d)), d);
   }
-  for (fa::Layout l : {fa::Layout::kBSH, fa::Layout::kBSND, fa::Layout::kBNSD}) {
+  for (fa::Layout l : {fa::Layout::kBSH, fa::Layout::kBSND, fa::Layout::kBNSD, fa::Layout::kTND}) {
     EXPECT_EQ(fa::parse_layout(fa::layout_name(l)), l);
   }
   EXPECT_FALSE(fa::parse_dtype("fp8").has_value());
-  EXPECT_FALSE(fa::parse_layout("TND").has_value());
+  EXPECT_FALSE(fa::parse_layout("SBH").has_value());
 }
 
 }  // namespace

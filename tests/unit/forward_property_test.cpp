@@ -60,6 +60,17 @@ CaseSpec random_case(DType dtype, std::uint32_t seed) {
     p.keep_prob = 0.5f + 0.1f * static_cast<float>(pick(0, 4));
     p.dropout_seed = seed;
   }
+  // Variable-length packed sequences, where they combine (no explicit mask,
+  // bias or split-KV).
+  if (pick(0, 3) == 0 && (c.mask == MaskMode::kNone || c.mask == MaskMode::kCausal) && c.bias_heads == 0) {
+    const int n = pick(1, 4);
+    for (int i = 0; i < n; ++i) {
+      c.seq_lens_q.push_back(pick(0, 90));
+      c.seq_lens_kv.push_back(pick(0, 3) == 0 ? c.seq_lens_q.back() : pick(0, 120));
+    }
+    p.num_splits = 1;
+    if (p.sparse_mode == fa::SparseMode::kMaskAndBand) p.sparse_mode = fa::SparseMode::kBand;  // no mask here
+  }
   return c;
 }
 

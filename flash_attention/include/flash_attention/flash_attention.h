@@ -75,7 +75,9 @@ FA_API std::optional<DType> parse_dtype(std::string_view name);
 // Memory layouts of Q, K, V and O.  B = batch, S = sequence, N (or H) = heads,
 // D = head_dim.  BSH is the guide's [batch, seq, heads * head_dim]; BSND is
 // the same bytes seen as 4-D; BNSD puts each head's rows together.
-enum class Layout { kBSH, kBSND, kBNSD };
+// TND is the packed variable-length layout [total tokens, heads, head_dim]:
+// the bytes of BSND with a batch of 1 (see AttentionParams::cu_seqlens_q).
+enum class Layout { kBSH, kBSND, kBNSD, kTND };
 
 FA_API std::string_view layout_name(Layout layout);
 FA_API std::optional<Layout> parse_layout(std::string_view name);
@@ -149,6 +151,16 @@ struct FA_API AttentionParams {
   std::optional<SparseMode> sparse_mode;
   std::int64_t pre_tokens = kUnboundedTokens;
   std::int64_t next_tokens = kUnboundedTokens;
+  // Variable-length sequences packed without padding (layout TND): with
+  // both set, `batch` is the number of sequences, seq_q / seq_kv are the
+  // total query / key tokens, the tensors are views of batch 1
+  // ([1, heads, total, head_dim]), and sequence b owns query tokens
+  // [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and keys likewise.  int32
+  // [batch + 1], starting at 0, non-decreasing, ending at the totals.  Masks
+  // and windows apply per sequence; the LSE is [1, heads, total_q].  Not
+  // combined with an explicit mask, a bias tensor or split-KV.
+  const std::int32_t* cu_seqlens_q = nullptr;
+  const std::int32_t* cu_seqlens_kv = nullptr;
   // Attention sinks: one logit per query head (in the units of the scaled
   // scores) that takes part in every row's softmax denominator; null = none.
   const float* sinks = nullptr;
