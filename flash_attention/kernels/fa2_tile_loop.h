@@ -246,6 +246,14 @@ inline typename Vec::T tanh_vec(typename Vec::T x) {
   return Vec::copysign(Vec::div(Vec::sub(one, e), Vec::add(one, e)), x);
 }
 
+// A row's online-softmax state before its first key: max -inf and sum 0, or,
+// with an attention sink, the sink as the max and exp(0) = 1 as the sum.
+// The sink joins once per row, in the first K/V chunk.
+inline float initial_row_max(const Fa2Job& job, std::int64_t h, std::int64_t split) {
+  return job.sinks && split == 0 ? job.sinks[h] * 1.4426950408889634f : kNegInf;
+}
+inline float initial_row_sum(const Fa2Job& job, std::int64_t split) { return job.sinks && split == 0 ? 1.0f : 0.0f; }
+
 inline bool has_score_modifiers(const Fa2Job& job) {
   return job.softcap_log2 > 0.0f || job.alibi_slopes || job.bias;
 }
@@ -377,23 +385,16 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
   for (int r = 0; r < rows; ++r) {
     for (int d = 0; d < D; ++d) q[r * D + d] = load_scalar<DT>(qbase, r * job.q_strides[2] + d) * job.scale_log2;
     for (int d = 0; d < D; ++d) o[r * D + d] = 0.0f;
-    w.m[r] = kNegInf;
-    w.l[r] = 0.0f;
-    if (job.sinks && split == 0) {  // the sink joins the softmax once, in the first chunk
-      w.m[r] = job.sinks[h] * 1.4426950408889634f;
-      w.l[r] = 1.0f;
-    }
+    w.m[r] = initial_row_max(job, h, split);
+    w.l[r] = initial_row_sum(job, split);
   }
   for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
     const KvTile kv = load_kv_tile<DT, kPrefetch>(job, w, kbase, vbase, j0, cols, kv_end);
-    const float* kt = kv.k;
-    const float* vt = kv.v;
-    const std::int64_t ldk = kv.ldk, ldv = kv.ldv;
     for (int r = 0; r < rows; ++r) {
       float* srow = w.st;  // [cols] scores, then probabilities
       const float* qr = q + r * D;
-      for (int c = 0; c < cols; ++c) srow[c] = dot(qr, kt + c * ldk, D);
+      for (int c = 0; c < cols; ++c) srow[c] = dot(qr, kv.k + c * kv.ldk, D);
       if (has_score_modifiers(job)) modify_scores(job, h, i0 + r, 1, j0, cols, srow, 1, 0);
       if (job.window.active) mask_window(job, i0 + r, j0, cols, srow, 1);
       if (job.mask) {
@@ -415,7 +416,7 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
       if (job.dropout.active) {  // after the row sum took the undropped P
         for (int c = 0; c < cols; ++c) srow[c] *= detail::dropout_factor(job.dropout, bh, i0 + r, j0 + c);
       }
-      accumulate_row(o + r * D, alpha, srow, vt, ldv, cols, D);
+      accumulate_row(o + r * D, alpha, srow, kv.v, kv.ldv, cols, D);
     }
   }
   const std::int64_t BH = job.batch * job.heads;
@@ -485,21 +486,17 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   for (int d = 0; d < D; ++d) {
     for (int j = 0; j < nvec; ++j) Vec::store(w.ot + std::int64_t(d) * tq + j * W, Vec::zero());
   }
-  const bool sink = job.sinks && split == 0;  // the sink joins the softmax once, in the first chunk
   for (int j = 0; j < nvec; ++j) {
-    Vec::store(w.m + j * W, Vec::set1(sink ? job.sinks[h] * 1.4426950408889634f : kNegInf));
-    Vec::store(w.l + j * W, sink ? Vec::set1(1.0f) : Vec::zero());
+    Vec::store(w.m + j * W, Vec::set1(initial_row_max(job, h, split)));
+    Vec::store(w.l + j * W, Vec::set1(initial_row_sum(job, split)));
   }
 
   for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
     const KvTile kv = load_kv_tile<DT, kPrefetch>(job, w, kbase, vbase, j0, cols, kv_end);
-    const float* kt = kv.k;
-    const float* vt = kv.v;
-    const std::int64_t ldk = kv.ldk, ldv = kv.ldv;
 
     // Sᵀ[c][r] = K[c] · Qᵀ[:, r]
-    gemm<false>(kt, ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr);
+    gemm<false>(kv.k, kv.ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr);
     if (has_score_modifiers(job)) modify_scores(job, h, i0, rows, j0, cols, w.st, tq, 1);
 
     // Masking: only tiles crossing a window edge (the causal diagonal, a
@@ -526,7 +523,7 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
     }
 
     // Oᵀ[d][r] = Oᵀ[d][r] * alpha[r] + sum_c V[c][d] * Pᵀ[c][r]
-    gemm<true>(vt, 1, ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha);
+    gemm<true>(kv.v, 1, kv.ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha);
   }
 
   // Epilogue: normalize once; a row that attended nothing outputs zeros.
