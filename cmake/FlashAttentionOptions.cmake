@@ -80,8 +80,8 @@ else()
   message(STATUS "FA Split-KV: OFF (calls split only when asked: num_splits / --num-splits)")
 endif()
 if(NOT FA_MIXED_PRECISION_SOFTMAX)
-  message(STATUS "FA_MIXED_PRECISION_SOFTMAX=OFF: the fp16 softmax is not implemented yet; "
-                 "the softmax runs in fp32")
+  message(STATUS "FA_MIXED_PRECISION_SOFTMAX=OFF: an fp16 softmax needs a kernel path with AVX512-FP16, which "
+                 "this build has none of; fp16 calls will be refused with that message (bf16 and fp32 run as usual)")
 endif()
 
 # The guide's first trap, caught at configure time: tiles whose working set

@@ -1,5 +1,6 @@
 // Build-time defaults: tiles (FA_TILE_Q / FA_TILE_KV), software prefetch
-// (FA_ENABLE_ASYNC) and split-KV (FA_SPLIT_ENABLE / FA_SPLIT_THRESHOLD).
+// (FA_ENABLE_ASYNC), split-KV (FA_SPLIT_ENABLE / FA_SPLIT_THRESHOLD) and the
+// softmax precision (FA_MIXED_PRECISION_SOFTMAX).
 #pragma once
 
 #ifndef FA_TILE_Q
@@ -14,6 +15,9 @@
 #ifndef FA_SPLIT_ENABLE
 #define FA_SPLIT_ENABLE 0
 #endif
+#ifndef FA_MIXED_PRECISION_SOFTMAX
+#define FA_MIXED_PRECISION_SOFTMAX 1
+#endif
 #ifndef FA_SPLIT_THRESHOLD
 #define FA_SPLIT_THRESHOLD 128
 #endif
@@ -25,6 +29,10 @@ inline constexpr int kDefaultTileKv = FA_TILE_KV;
 inline constexpr bool kAsyncPrefetch = FA_ENABLE_ASYNC != 0;
 inline constexpr bool kSplitByDefault = FA_SPLIT_ENABLE != 0;
 inline constexpr int kSplitThreshold = FA_SPLIT_THRESHOLD;
+// FA_MIXED_PRECISION_SOFTMAX=OFF asks for an fp16-arithmetic softmax on fp16
+// inputs; no kernel path has one yet (it needs AVX512-FP16), so such calls
+// are refused rather than silently run in fp32.
+inline constexpr bool kMixedPrecisionSoftmax = FA_MIXED_PRECISION_SOFTMAX != 0;
 
 // -1 (kTileAuto) leaves the choice to the planner.
 static_assert(kDefaultTileQ == -1 || ((kDefaultTileQ & (kDefaultTileQ - 1)) == 0 && kDefaultTileQ >= 16 && kDefaultTileQ <= 512),
