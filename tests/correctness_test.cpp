@@ -150,6 +150,14 @@ std::vector<CaseSpec> build_matrix(DType dtype, bool quick) {
     c.with_alibi = true;
     cases.push_back(c);
   }
+  // The accuracy rule: no worse than a same-dtype attention, on logits of a
+  // few units (a real softmax), with and without a causal mask.
+  for (MaskMode mask : {MaskMode::kNone, MaskMode::kCausal}) {
+    CaseSpec c = make_case(dtype, Layout::kBSH, mask, Shape{1, 100, 140, 2, 2, 64}, 32, 32, 2);
+    c.input_scale = 2.0;
+    c.accuracy_rule = true;
+    cases.push_back(c);
+  }
   // GQA and MQA.
   for (Shape s : {Shape{1, 96, 96, 8, 1, 64}, Shape{2, 50, 70, 6, 3, 48}}) {
     cases.push_back(make_case(dtype, Layout::kBNSD, MaskMode::kCausal, s, 32, 32, 2));
@@ -237,8 +245,10 @@ int run(int argc, char** argv) {
       if (!r.status.ok()) {
         std::printf("  error: %s\n", r.status.message().c_str());
       } else {
-        std::printf("  rel_l2=%.2e (bound %.0e) max_abs=%.2e lse_err=%.1e nonfinite=%lld\n", r.rel_l2_error,
+        std::printf("  rel_l2=%.2e (bound %.0e) max_abs=%.2e lse_err=%.1e nonfinite=%lld", r.rel_l2_error,
                     fa::cli::rel_l2_bound(dtype), r.max_abs_error, r.lse_max_error, (long long)r.nonfinite);
+        if (c.accuracy_rule) std::printf(" same-dtype rel_l2=%.2e", r.yardstick_rel_l2);
+        std::printf("\n");
       }
       std::fflush(stdout);
     }

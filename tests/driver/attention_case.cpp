@@ -62,6 +62,7 @@ std::string describe(const CaseSpec& s) {
   if (s.bias_heads) out << " bias_heads=" << s.bias_heads;
   if (p.softcap > 0) out << " softcap=" << p.softcap;
   if (p.keep_prob < 1.0f) out << " keep_prob=" << p.keep_prob;
+  if (s.accuracy_rule) out << " accuracy-rule";
   if (p.num_splits != 0 && p.num_splits != 1) {
     out << " splits=" << (p.num_splits == kSplitsAuto ? std::string("auto") : std::to_string(p.num_splits));
   }
@@ -180,6 +181,20 @@ CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
     r.lse_max_error = std::max(r.lse_max_error, std::abs(got - want) / (1.0 + std::abs(want)));
   }
   r.passed = r.nonfinite == 0 && r.rel_l2_error <= rel_l2_bound(spec.dtype) && r.lse_max_error <= kLseBound;
+  if (spec.accuracy_rule) {
+    std::vector<double> same(ref.size());
+    if (Status s = same_dtype_attention(p, t, spec.dtype, true, same.data()); !s.ok()) {
+      r.status = s;
+      return r;
+    }
+    double e2 = 0.0, r2 = 0.0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      e2 += (same[i] - ref[i]) * (same[i] - ref[i]);
+      r2 += ref[i] * ref[i];
+    }
+    r.yardstick_rel_l2 = r2 > 0.0 ? std::sqrt(e2 / r2) : std::sqrt(e2);
+    r.passed = r.passed && r.rel_l2_error <= r.yardstick_rel_l2;
+  }
   return r;
 }
 
