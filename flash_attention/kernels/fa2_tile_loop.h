@@ -369,6 +369,55 @@ inline void accumulate_row(float* o, float alpha, const float* p, const float* v
   }
 }
 
+#if defined(FA_HAVE_SIMD_CONVERT)
+// The row path's products straight from 16-bit K and V rows, widening in
+// registers: decoding reads each K/V element once, so a separate widening
+// pass into a buffer would double its memory traffic.
+template <DType DT>
+inline typename Vec::T load16(const std::uint16_t* p) {
+  if constexpr (DT == DType::kF16) return Vec::load_f16(p); else return Vec::load_bf16(p);
+}
+
+template <DType DT>
+inline float dot16(const float* a, const std::uint16_t* b, int n) {
+  typename Vec::T acc = Vec::zero();
+  int d = 0;
+  for (; d + Vec::W <= n; d += Vec::W) acc = Vec::fmadd(Vec::load(a + d), load16<DT>(b + d), acc);
+  float sum = Vec::reduce_add(acc);
+  for (; d < n; ++d) sum += a[d] * load_scalar<DT>(b, d);
+  return sum;
+}
+
+template <DType DT>
+inline void accumulate_row16(float* o, float alpha, const float* p, const std::uint16_t* v, std::int64_t ldv, int cols,
+                             int D) {
+  constexpr int W = Vec::W, kChunk = 8 * Vec::W;
+  int d0 = 0;
+  for (; d0 + W <= D; d0 += kChunk) {
+    const int nv = (D - d0) / W < 8 ? (D - d0) / W : 8;
+    typename Vec::T acc[8];
+    const typename Vec::T va = Vec::set1(alpha);
+    for (int k = 0; k < nv; ++k) acc[k] = Vec::mul(Vec::load(o + d0 + k * W), va);
+    for (int c = 0; c < cols; ++c) {
+      if (p[c] == 0.0f) continue;
+      const typename Vec::T pc = Vec::set1(p[c]);
+      const std::uint16_t* vr = v + c * ldv + d0;
+      for (int k = 0; k < nv; ++k) acc[k] = Vec::fmadd(pc, load16<DT>(vr + k * W), acc[k]);
+    }
+    for (int k = 0; k < nv; ++k) Vec::store(o + d0 + k * W, acc[k]);
+    if (nv < 8) {
+      d0 += nv * W;
+      break;
+    }
+  }
+  for (int d = d0; d < D; ++d) {
+    float acc = o[d] * alpha;
+    for (int c = 0; c < cols; ++c) acc += p[c] * load_scalar<DT>(v + c * ldv, d);
+    o[d] = acc;
+  }
+}
+#endif
+
 // The row path (see kRowPathMaxRows): per K/V tile and query row, scores
 // by dot products over head_dim, the online softmax over keys in the lanes,
 // and P·V with head_dim in the lanes.  Same masking, chunking and outputs as
@@ -390,11 +439,26 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
   }
   for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
-    const KvTile kv = load_kv_tile<DT, kPrefetch>(job, w, kbase, vbase, j0, cols, kv_end);
+#if defined(FA_HAVE_SIMD_CONVERT)
+    // 16-bit K/V are read in place and widened in registers (see dot16).
+    constexpr bool kFused = DT != DType::kF32;
+#else
+    constexpr bool kFused = false;
+#endif
+    const KvTile kv = kFused ? KvTile{} : load_kv_tile<DT, kPrefetch>(job, w, kbase, vbase, j0, cols, kv_end);
+    [[maybe_unused]] const std::uint16_t* k16 = reinterpret_cast<const std::uint16_t*>(kbase) + j0 * job.k_strides[2];
+    [[maybe_unused]] const std::uint16_t* v16 = reinterpret_cast<const std::uint16_t*>(vbase) + j0 * job.v_strides[2];
     for (int r = 0; r < rows; ++r) {
       float* srow = w.st;  // [cols] scores, then probabilities
       const float* qr = q + r * D;
-      for (int c = 0; c < cols; ++c) srow[c] = dot(qr, kv.k + c * kv.ldk, D);
+#if defined(FA_HAVE_SIMD_CONVERT)
+      if constexpr (kFused) {
+        for (int c = 0; c < cols; ++c) srow[c] = dot16<DT>(qr, k16 + c * job.k_strides[2], D);
+      } else
+#endif
+      {
+        for (int c = 0; c < cols; ++c) srow[c] = dot(qr, kv.k + c * kv.ldk, D);
+      }
       if (has_score_modifiers(job)) modify_scores(job, h, i0 + r, 1, j0, cols, srow, 1, 0);
       if (job.window.active) mask_window(job, i0 + r, j0, cols, srow, 1);
       if (job.mask) {
@@ -416,7 +480,14 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
       if (job.dropout.active) {  // after the row sum took the undropped P
         for (int c = 0; c < cols; ++c) srow[c] *= detail::dropout_factor(job.dropout, bh, i0 + r, j0 + c);
       }
-      accumulate_row(o + r * D, alpha, srow, kv.v, kv.ldv, cols, D);
+#if defined(FA_HAVE_SIMD_CONVERT)
+      if constexpr (kFused) {
+        accumulate_row16<DT>(o + r * D, alpha, srow, v16, job.v_strides[2], cols, D);
+      } else
+#endif
+      {
+        accumulate_row(o + r * D, alpha, srow, kv.v, kv.ldv, cols, D);
+      }
     }
   }
   const std::int64_t BH = job.batch * job.heads;

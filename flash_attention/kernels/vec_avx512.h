@@ -33,6 +33,13 @@ struct Vec {
   }
   static float reduce_add(T v) { return _mm512_reduce_add_ps(v); }
   static float reduce_max(T v) { return _mm512_reduce_max_ps(v); }
+  static T load_f16(const std::uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static T load_bf16(const std::uint16_t* p) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
   static T zero_if_neg_inf(T m) {
     const __mmask16 neg_inf = _mm512_cmp_ps_mask(m, _mm512_set1_ps(-__builtin_inff()), _CMP_EQ_OQ);
     return _mm512_maskz_mov_ps(static_cast<__mmask16>(~neg_inf), m);
