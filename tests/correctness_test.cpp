@@ -158,6 +158,20 @@ std::vector<CaseSpec> build_matrix(DType dtype, bool quick) {
     c.accuracy_rule = true;
     cases.push_back(c);
   }
+  // GQA packing (short queries: one item per K/V head): group 4 with 3 query
+  // rows, MQA with 16 heads, with a window, sinks, ALiBi and dropout.
+  {
+    CaseSpec c = make_case(dtype, Layout::kBSH, MaskMode::kCausal, Shape{2, 3, 200, 8, 2, 48}, 16, 32, 2);
+    cases.push_back(c);
+    c = make_case(dtype, Layout::kBNSD, MaskMode::kNone, Shape{1, 1, 333, 16, 1, 64}, 16, 64, 2, fa::kSplitsAuto);
+    c.with_sinks = true;
+    c.with_alibi = true;
+    c.params.keep_prob = 0.9f;
+    c.params.sparse_mode = fa::SparseMode::kBand;
+    c.params.pre_tokens = 100;
+    c.params.next_tokens = 0;
+    cases.push_back(c);
+  }
   // GQA and MQA.
   for (Shape s : {Shape{1, 96, 96, 8, 1, 64}, Shape{2, 50, 70, 6, 3, 48}}) {
     cases.push_back(make_case(dtype, Layout::kBNSD, MaskMode::kCausal, s, 32, 32, 2));

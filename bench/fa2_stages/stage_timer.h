@@ -91,6 +91,7 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   job.threads = 1;
   job.q_tiles = 1;
   job.num_splits = 1;
+  job.pack_group = 1;
   job.lse_strides[0] = job.lse_strides[1] = tq;
   job.split_keys = seq_kv;
   const double item = ns_per_call([&] { run_item<DT, false>(job, 0, w); }, cfg.seconds);

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "flash_attention/flash_attention.h"
+#include "../kernels/kernel_table.h"
 #include "mask.h"
 #include "targets.h"
 #include "tile_config.h"
@@ -107,7 +108,7 @@ int max_threads_from_env() {
 // Hands the items of one call (or one sequence) to the thread that frees up
 // first, in the kernel's order, adding their costs to `busy` and `total`.
 void add_items(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, int splits, std::int64_t split_keys,
-               std::vector<double>& busy, double& total) {
+               int pack, std::vector<double>& busy, double& total) {
   const detail::KeyWindow window = detail::key_window(p);
   for (std::int64_t qt = q_tiles - 1; qt >= 0; --qt) {
     const std::int64_t last_row = std::min<std::int64_t>((qt + 1) * tq, p.seq_q) - 1;
@@ -116,8 +117,8 @@ void add_items(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, 
     for (int s = 0; s < splits; ++s) {
       const std::int64_t lo = std::max(kv_begin, s * split_keys), hi = std::min(kv_end, (s + 1) * split_keys);
       const std::int64_t keys = hi > lo ? hi - lo : 0;
-      const double cost = double((keys + tkv - 1) / tkv) + 0.05;  // + the per-item epilogue
-      for (std::int64_t bh = 0; bh < p.batch * p.num_heads; ++bh) {
+      const double cost = (double((keys + tkv - 1) / tkv) + 0.05) * pack;  // + the per-item epilogue
+      for (std::int64_t unit = 0; unit < p.batch * p.num_heads / pack; ++unit) {
         auto it = std::min_element(busy.begin(), busy.end());
         *it += cost;
         total += cost;
@@ -127,10 +128,10 @@ void add_items(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, 
 }
 
 double simulate_occupancy(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, int splits,
-                          std::int64_t split_keys, int threads) {
+                          std::int64_t split_keys, int pack, int threads) {
   std::vector<double> busy(static_cast<std::size_t>(threads), 0.0);
   double total = 0.0;
-  add_items(p, tq, tkv, q_tiles, splits, split_keys, busy, total);
+  add_items(p, tq, tkv, q_tiles, splits, split_keys, pack, busy, total);
   const double longest = *std::max_element(busy.begin(), busy.end());
   return longest > 0 ? total / (double(threads) * longest) : 1.0;
 }
@@ -255,11 +256,21 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
   plan->target = isa_name(isa);
   plan->source = source;
   const std::int64_t q_tiles = (p.seq_q + tq - 1) / tq;
-  std::int64_t unsplit_items = q_tiles * p.batch * p.num_heads;
+  // GQA packing for short queries: one item per K/V head holds its group's
+  // query heads (the row path), so K/V are read once per group.
+  std::int64_t longest_q = p.seq_q;
+  if (p.cu_seqlens_q && p.cu_seqlens_kv) {
+    longest_q = 0;
+    for (std::int64_t b = 0; b < p.batch; ++b) longest_q = std::max<std::int64_t>(longest_q, p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b]);
+  }
+  const std::int64_t group = p.num_heads / p.kv_heads();
+  plan->pack_gqa = group > 1 && longest_q <= detail::kRowPathMaxRows && group * longest_q <= tq ? static_cast<int>(group) : 1;
+  const std::int64_t units = p.num_heads / plan->pack_gqa;
+  std::int64_t unsplit_items = q_tiles * p.batch * units;
   if (p.cu_seqlens_q && p.cu_seqlens_kv) {
     unsplit_items = 0;
     for (std::int64_t b = 0; b < p.batch; ++b) {
-      unsplit_items += (p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] + tq - 1) / tq * p.num_heads;
+      unsplit_items += (p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] + tq - 1) / tq * units;
     }
   }
   int threads = p.threads > 0 ? p.threads : default_thread_count();
@@ -296,12 +307,12 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
     double work = 0.0;
     for (std::int64_t b = 0; b < p.batch; ++b) {
       const AttentionParams sp = detail::sequence_params(p, b);
-      add_items(sp, tq, tkv, (sp.seq_q + tq - 1) / tq, 1, std::max<std::int64_t>(sp.seq_kv, 1), busy, work);
+      add_items(sp, tq, tkv, (sp.seq_q + tq - 1) / tq, 1, std::max<std::int64_t>(sp.seq_kv, 1), plan->pack_gqa, busy, work);
     }
     const double longest = *std::max_element(busy.begin(), busy.end());
     plan->occupancy = longest > 0 ? work / (double(threads) * longest) : 1.0;
   } else {
-    plan->occupancy = simulate_occupancy(p, tq, tkv, q_tiles, plan->num_splits, split_keys, threads);
+    plan->occupancy = simulate_occupancy(p, tq, tkv, q_tiles, plan->num_splits, split_keys, plan->pack_gqa, threads);
   }
   if (plan->working_set_bytes > limit) {
     // Suggest the largest tile_q that fits with this tile_kv, else the

@@ -175,16 +175,17 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   job.per_thread_floats = per_thread;
   job.num_splits = tiles.num_splits;
   job.split_keys = tiles.split_keys;
+  job.pack_group = tiles.pack_gqa;
   job.partial_o = tiles.num_splits > 1 ? scratch.get() + scratch_floats : nullptr;
   job.partial_lse = tiles.num_splits > 1 ? job.partial_o + static_cast<std::size_t>(tiles.num_splits) * rows * p.head_dim : nullptr;
 
   if (verbose()) {
     std::fprintf(stderr,
-                 "fa2_forward: path=%s tile=%dx%d (%s, L2 working set %zu of %zu bytes) splits=%d threads=%d items=%lld dtype=%s B=%lld Sq=%lld Skv=%lld H=%lld "
+                 "fa2_forward: path=%s tile=%dx%d (%s, L2 working set %zu of %zu bytes) splits=%d gqa_pack=%d threads=%d items=%lld dtype=%s B=%lld Sq=%lld Skv=%lld H=%lld "
                  "Hkv=%lld D=%lld window=%d mask=%d sinks=%d workspace=%zu bytes\n",
                  table->name, plan.tile_q, plan.tile_kv, tiles.source.c_str(), tiles.working_set_bytes,
-                 tiles.limit_bytes, tiles.num_splits, plan.threads,
-                 static_cast<long long>(plan.q_tiles * p.batch * p.num_heads), std::string(dtype_name(job.dtype)).c_str(),
+                 tiles.limit_bytes, tiles.num_splits, tiles.pack_gqa, plan.threads,
+                 static_cast<long long>(tiles.work_items), std::string(dtype_name(job.dtype)).c_str(),
                  static_cast<long long>(p.batch), static_cast<long long>(p.seq_q), static_cast<long long>(p.seq_kv),
                  static_cast<long long>(p.num_heads), static_cast<long long>(p.kv_heads()),
                  static_cast<long long>(p.head_dim), job.window.active ? 1 : 0, p.mask ? 1 : 0, p.sinks ? 1 : 0, bytes);
@@ -221,7 +222,7 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
     sj.num_splits = 1;
     sj.split_keys = sp.seq_kv > 0 ? sp.seq_kv : 1;
     jobs.push_back(sj);
-    ends.push_back(total += sj.q_tiles * sj.heads);
+    ends.push_back(total += sj.q_tiles * (sj.heads / sj.pack_group));
   }
   if (total > 0) table->fa2_run(jobs.data(), ends.data(), jobs.size());
   return Status::Ok();

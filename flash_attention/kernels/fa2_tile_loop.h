@@ -303,9 +303,7 @@ inline void modify_scores(const Fa2Job& job, std::int64_t h, std::int64_t i0, in
   }
 }
 
-// Q tiles this short run row by row with keys, not query rows, in the
-// vector lanes: decoding (one query row) would otherwise idle all lanes but one.
-inline constexpr int kRowPathMaxRows = 4;
+using detail::kRowPathMaxRows;
 
 // dot(a, b) over n floats (n a multiple of 8).
 inline float dot(const float* a, const float* b, int n) {
@@ -421,21 +419,28 @@ inline void accumulate_row16(float* o, float alpha, const float* p, const std::u
 // The row path (see kRowPathMaxRows): per K/V tile and query row, scores
 // by dot products over head_dim, the online softmax over keys in the lanes,
 // and P·V with head_dim in the lanes.  Same masking, chunking and outputs as
-// the tile path.
+// the tile path.  With GQA packing (job.pack_group = g > 1) the item holds
+// the same query rows of the g query heads that share one K/V head: row
+// rr is query i0 + rr % rows of head h + rr / rows, and every K/V tile is
+// read once for all of them instead of once per head.
 template <DType DT, bool kPrefetch>
 void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, std::int64_t kv_begin,
               std::int64_t kv_end, const char* qbase, const char* kbase, const char* vbase, std::int64_t b,
-              std::int64_t h, std::int64_t bh, std::int64_t split) {
+              std::int64_t h, std::int64_t split) {
   const int D = static_cast<int>(job.head_dim);
   const int tkv = job.tile_kv;
   const std::size_t es = dtype_size(DT);
-  float* q = w.qt;  // [rows][D], scaled by scale * log2(e)
-  float* o = w.ot;  // [rows][D] unnormalized output
-  for (int r = 0; r < rows; ++r) {
-    for (int d = 0; d < D; ++d) q[r * D + d] = load_scalar<DT>(qbase, r * job.q_strides[2] + d) * job.scale_log2;
-    for (int d = 0; d < D; ++d) o[r * D + d] = 0.0f;
-    w.m[r] = initial_row_max(job, h, split);
-    w.l[r] = initial_row_sum(job, split);
+  const int total_rows = rows * job.pack_group;
+  auto head_of = [&](int rr) { return h + rr / rows; };
+  auto query_of = [&](int rr) { return i0 + rr % rows; };
+  float* q = w.qt;  // [total_rows][D], scaled by scale * log2(e)
+  float* o = w.ot;  // [total_rows][D] unnormalized output
+  for (int rr = 0; rr < total_rows; ++rr) {
+    const char* qrow = qbase + ((head_of(rr) - h) * job.q_strides[1] + (rr % rows) * job.q_strides[2]) * es;
+    for (int d = 0; d < D; ++d) q[rr * D + d] = load_scalar<DT>(qrow, d) * job.scale_log2;
+    for (int d = 0; d < D; ++d) o[rr * D + d] = 0.0f;
+    w.m[rr] = initial_row_max(job, head_of(rr), split);
+    w.l[rr] = initial_row_sum(job, split);
   }
   for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
@@ -448,9 +453,10 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
     const KvTile kv = kFused ? KvTile{} : load_kv_tile<DT, kPrefetch>(job, w, kbase, vbase, j0, cols, kv_end);
     [[maybe_unused]] const std::uint16_t* k16 = reinterpret_cast<const std::uint16_t*>(kbase) + j0 * job.k_strides[2];
     [[maybe_unused]] const std::uint16_t* v16 = reinterpret_cast<const std::uint16_t*>(vbase) + j0 * job.v_strides[2];
-    for (int r = 0; r < rows; ++r) {
+    for (int rr = 0; rr < total_rows; ++rr) {
+      const std::int64_t i = query_of(rr), head = head_of(rr);
       float* srow = w.st;  // [cols] scores, then probabilities
-      const float* qr = q + r * D;
+      const float* qr = q + rr * D;
 #if defined(FA_HAVE_SIMD_CONVERT)
       if constexpr (kFused) {
         for (int c = 0; c < cols; ++c) srow[c] = dot16<DT>(qr, k16 + c * job.k_strides[2], D);
@@ -459,64 +465,70 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
       {
         for (int c = 0; c < cols; ++c) srow[c] = dot(qr, kv.k + c * kv.ldk, D);
       }
-      if (has_score_modifiers(job)) modify_scores(job, h, i0 + r, 1, j0, cols, srow, 1, 0);
-      if (job.window.active) mask_window(job, i0 + r, j0, cols, srow, 1);
+      if (has_score_modifiers(job)) modify_scores(job, head, i, 1, j0, cols, srow, 1, 0);
+      if (job.window.active) mask_window(job, i, j0, cols, srow, 1);
       if (job.mask) {
-        const std::int8_t* mrow = job.mask + (i0 + r) * job.seq_kv + j0;
+        const std::int8_t* mrow = job.mask + i * job.seq_kv + j0;
         for (int c = 0; c < cols; ++c) {
           if (mrow[c] == 0) srow[c] = kNegInf;
         }
       }
       float block_max = kNegInf;
       for (int c = 0; c < cols; ++c) block_max = srow[c] > block_max ? srow[c] : block_max;
-      const float m_old = w.m[r];
+      const float m_old = w.m[rr];
       const float m_new = block_max > m_old ? block_max : m_old;
       const float m_sub = m_new == kNegInf ? 0.0f : m_new;  // as in online_softmax_tile
       const float sum = exp2_row(srow, cols, m_sub);
       float alpha = m_old - m_sub;
       exp2_row(&alpha, 1, 0.0f);
-      w.l[r] = w.l[r] * alpha + sum;
-      w.m[r] = m_new;
+      w.l[rr] = w.l[rr] * alpha + sum;
+      w.m[rr] = m_new;
       if (job.dropout.active) {  // after the row sum took the undropped P
-        for (int c = 0; c < cols; ++c) srow[c] *= detail::dropout_factor(job.dropout, bh, i0 + r, j0 + c);
+        const std::int64_t bh = b * job.heads + head;
+        for (int c = 0; c < cols; ++c) srow[c] *= detail::dropout_factor(job.dropout, bh, i, j0 + c);
       }
 #if defined(FA_HAVE_SIMD_CONVERT)
       if constexpr (kFused) {
-        accumulate_row16<DT>(o + r * D, alpha, srow, v16, job.v_strides[2], cols, D);
+        accumulate_row16<DT>(o + rr * D, alpha, srow, v16, job.v_strides[2], cols, D);
       } else
 #endif
       {
-        accumulate_row(o + r * D, alpha, srow, kv.v, kv.ldv, cols, D);
+        accumulate_row(o + rr * D, alpha, srow, kv.v, kv.ldv, cols, D);
       }
     }
   }
   const std::int64_t BH = job.batch * job.heads;
-  for (int r = 0; r < rows; ++r) {
-    const float inv = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f;
-    const float lse = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
+  for (int rr = 0; rr < total_rows; ++rr) {
+    const std::int64_t i = query_of(rr), head = head_of(rr), bh = b * job.heads + head;
+    const float inv = w.l[rr] > 0.0f ? 1.0f / w.l[rr] : 0.0f;
+    const float lse = w.l[rr] > 0.0f ? w.m[rr] * kLn2 + std::log(w.l[rr]) : kNegInf;
     if (job.num_splits > 1) {
-      float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i0 + r) * D;
-      for (int d = 0; d < D; ++d) po[d] = o[r * D + d] * inv;
-      job.partial_lse[(split * BH + bh) * job.seq_q + i0 + r] = lse;
+      float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i) * D;
+      for (int d = 0; d < D; ++d) po[d] = o[rr * D + d] * inv;
+      job.partial_lse[(split * BH + bh) * job.seq_q + i] = lse;
       continue;
     }
-    char* orow = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + (i0 + r) * job.o_strides[2]) * es;
-    for (int d = 0; d < D; ++d) store_scalar<DT>(orow, d, o[r * D + d] * inv);
-    if (job.lse) job.lse[b * job.lse_strides[0] + h * job.lse_strides[1] + i0 + r] = lse;
+    char* orow = static_cast<char*>(job.o) + (b * job.o_strides[0] + head * job.o_strides[1] + i * job.o_strides[2]) * es;
+    for (int d = 0; d < D; ++d) store_scalar<DT>(orow, d, o[rr * D + d] * inv);
+    if (job.lse) job.lse[b * job.lse_strides[0] + head * job.lse_strides[1] + i] = lse;
   }
 }
 
 template <DType DT, bool kPrefetch>
 void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   constexpr int W = Vec::W;
-  const std::int64_t BH = job.batch * job.heads;
+  // Units: (batch, head), or (batch, K/V head) when GQA heads are packed.
+  const std::int64_t heads_per_unit = job.pack_group;
+  const std::int64_t unit_heads = job.heads / heads_per_unit;
+  const std::int64_t units = job.batch * unit_heads;
   // Last Q tiles first: under a causal mask they see the most keys, and
   // handing out the longest work first balances the threads.  Within a Q
-  // tile: chunk (split) by chunk, then (batch, head).
-  const std::int64_t qt_index = job.q_tiles - 1 - item / (BH * job.num_splits);
-  const std::int64_t split = (item / BH) % job.num_splits;
-  const std::int64_t bh = item % BH;
-  const std::int64_t b = bh / job.heads, h = bh % job.heads, hk = h / job.kv_group;
+  // tile: chunk (split) by chunk, then unit by unit.
+  const std::int64_t qt_index = job.q_tiles - 1 - item / (units * job.num_splits);
+  const std::int64_t split = (item / units) % job.num_splits;
+  const std::int64_t unit = item % units;
+  const std::int64_t b = unit / unit_heads, h = (unit % unit_heads) * heads_per_unit, hk = h / job.kv_group;
+  const std::int64_t BH = job.batch * job.heads, bh = b * job.heads + h;  // the tile path: one head per unit
   const int D = static_cast<int>(job.head_dim);
   const int tq = job.tile_q, tkv = job.tile_kv;
   const std::int64_t i0 = qt_index * tq;
@@ -536,8 +548,8 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   const char* kbase = static_cast<const char*>(job.k) + (b * job.k_strides[0] + hk * job.k_strides[1]) * es;
   const char* vbase = static_cast<const char*>(job.v) + (b * job.v_strides[0] + hk * job.v_strides[1]) * es;
 
-  if (rows <= kRowPathMaxRows) {
-    run_rows<DT, kPrefetch>(job, w, rows, i0, kv_begin, kv_end, qbase, kbase, vbase, b, h, bh, split);
+  if (rows <= kRowPathMaxRows || job.pack_group > 1) {
+    run_rows<DT, kPrefetch>(job, w, rows, i0, kv_begin, kv_end, qbase, kbase, vbase, b, h, split);
     return;
   }
 
@@ -632,7 +644,9 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   }
 }
 
-inline std::int64_t job_items(const Fa2Job& job) { return job.q_tiles * job.batch * job.heads * job.num_splits; }
+inline std::int64_t job_items(const Fa2Job& job) {
+  return job.q_tiles * job.batch * (job.heads / job.pack_group) * job.num_splits;
+}
 
 template <DType DT, bool kPrefetch>
 void run_all(const Fa2Job* jobs, const std::int64_t* ends, std::size_t count) {

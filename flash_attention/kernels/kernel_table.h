@@ -12,6 +12,10 @@
 
 namespace fa::detail {
 
+// Q tiles this short run row by row with keys, not query rows, in the vector
+// lanes: decoding (one query row) would otherwise idle all lanes but one.
+inline constexpr int kRowPathMaxRows = 4;
+
 // Everything the FA2 tile loop needs, resolved once by the dispatcher, so the
 // per-ISA code touches no optional or inline helper of the public API.
 struct Fa2Job {
@@ -45,6 +49,9 @@ struct Fa2Job {
   // [split][batch * heads][seq_q] instead of O, and the dispatcher combines.
   int num_splits;
   std::int64_t split_keys;
+  // GQA packing: query heads per item (1 = none; else the whole group of a
+  // K/V head, for short query tiles, so each K/V tile is read once per group).
+  int pack_group;
   float* partial_o;
   float* partial_lse;
 };

@@ -278,6 +278,10 @@ struct TilePlan {
   double occupancy = 0.0;
   int num_splits = 1;                 // K/V chunks per (batch, head, Q tile)
   std::int64_t split_keys = 0;        // keys per chunk (a multiple of tile_kv)
+  // GQA packing: query heads sharing a K/V head handled by one work item
+  // (1 = none).  Used for short queries (decoding), so each K/V tile is read
+  // once per group instead of once per query head.
+  int pack_gqa = 1;
 };
 
 // Resolves the tiles fa2_forward would use and checks them against the
