@@ -1,7 +1,9 @@
-// The accuracy rule FlashAttention's maintainers use: our output's error
-// against the float64 reference is no larger than the error of a
+// The accuracy rule FlashAttention's maintainers use: our output's max error
+// against the float64 reference is at most twice the max error of a
 // straightforward attention computed in the same dtype (inputs in the dtype,
 // products accumulated in fp32, softmax in the dtype), on fresh random inputs.
+// (In fp32 both errors are a few ulp and either can be the smaller; in fp16 and
+// bf16 ours, accumulating in fp32, is about ten times smaller.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,18 +15,15 @@
 
 namespace {
 
-double rel_l2(const std::vector<double>& got, const std::vector<double>& ref) {
-  double e = 0, r = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    e += (got[i] - ref[i]) * (got[i] - ref[i]);
-    r += ref[i] * ref[i];
-  }
-  return std::sqrt(e / r);
+double max_abs_error(const std::vector<double>& got, const std::vector<double>& ref) {
+  double e = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) e = std::max(e, std::abs(got[i] - ref[i]));
+  return e;
 }
 
 class AccuracyRule : public ::testing::TestWithParam<std::tuple<fa::Isa, fa::DType, int>> {};
 
-TEST_P(AccuracyRule, NoWorseThanSameDtypeAttention) {
+TEST_P(AccuracyRule, AtMostTwiceTheErrorOfSameDtypeAttention) {
   const auto [isa, dtype, seed] = GetParam();
   if (!fa::isa_available(isa)) GTEST_SKIP() << "path not available";
   fa::AttentionParams p;
@@ -54,8 +53,8 @@ TEST_P(AccuracyRule, NoWorseThanSameDtypeAttention) {
   ASSERT_TRUE(fa::reference_forward(p, t, ref.data(), nullptr).ok());
   ASSERT_TRUE(fa::same_dtype_attention(p, t, dtype, true, same.data()).ok());
   for (std::int64_t i = 0; i < nq; ++i) ours[i] = fa::detail::load_as_f32(o.data(), dtype, i);
-  const double e_ours = rel_l2(ours, ref), e_same = rel_l2(same, ref);
-  EXPECT_LE(e_ours, e_same) << "ours " << e_ours << " vs same-dtype " << e_same;
+  const double e_ours = max_abs_error(ours, ref), e_same = max_abs_error(same, ref);
+  EXPECT_LE(e_ours, 2.0 * e_same) << "ours " << e_ours << " vs same-dtype " << e_same;
 }
 
 INSTANTIATE_TEST_SUITE_P(
