@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <ctime>
+#include <type_traits>
 
 #include "../common/dtype_convert.h"
 #include "../common/thread_pool.h"
@@ -305,16 +306,6 @@ inline void modify_scores(const Fa2Job& job, std::int64_t h, std::int64_t i0, in
 
 using detail::kRowPathMaxRows;
 
-// dot(a, b) over n floats (n a multiple of 8).
-inline float dot(const float* a, const float* b, int n) {
-  typename Vec::T acc = Vec::zero();
-  int d = 0;
-  for (; d + Vec::W <= n; d += Vec::W) acc = Vec::fmadd(Vec::load(a + d), Vec::load(b + d), acc);
-  float sum = Vec::reduce_add(acc);
-  for (; d < n; ++d) sum += a[d] * b[d];
-  return sum;
-}
-
 // s[c] = exp2(s[c] - sub) for c < n; returns the sum.
 inline float exp2_row(float* s, int n, float sub) {
   typename Vec::T total = Vec::zero();
@@ -338,9 +329,42 @@ inline float exp2_row(float* s, int n, float sub) {
   return sum;
 }
 
+// K and V elements of the row path: fp32 rows, or 16-bit rows widened in
+// registers (the avx2 and avx512 paths, which have F16C) — decoding reads
+// each K/V element once, so a separate widening pass into a buffer would
+// double its memory traffic.
+template <DType DT>
+using Elem = std::conditional_t<DT == DType::kF32, float, std::uint16_t>;
+
+template <DType DT>
+inline typename Vec::T load_elems(const Elem<DT>* p) {
+  if constexpr (DT == DType::kF32) {
+    return Vec::load(p);
+  }
+#if defined(FA_HAVE_SIMD_CONVERT)
+  else if constexpr (DT == DType::kF16) {
+    return Vec::load_f16(p);
+  } else {
+    return Vec::load_bf16(p);
+  }
+#endif
+}
+
+// dot(a, b) over n elements (n a multiple of 8).
+template <DType DT>
+inline float dot(const float* a, const Elem<DT>* b, int n) {
+  typename Vec::T acc = Vec::zero();
+  int d = 0;
+  for (; d + Vec::W <= n; d += Vec::W) acc = Vec::fmadd(Vec::load(a + d), load_elems<DT>(b + d), acc);
+  float sum = Vec::reduce_add(acc);
+  for (; d < n; ++d) sum += a[d] * load_scalar<DT>(b, d);
+  return sum;
+}
+
 // o[d] = o[d] * alpha + sum_c p[c] * v[c * ldv + d] for d < D, in register
 // chunks of up to 8 vectors.
-inline void accumulate_row(float* o, float alpha, const float* p, const float* v, std::int64_t ldv, int cols, int D) {
+template <DType DT>
+inline void accumulate_row(float* o, float alpha, const float* p, const Elem<DT>* v, std::int64_t ldv, int cols, int D) {
   constexpr int W = Vec::W, kChunk = 8 * Vec::W;
   int d0 = 0;
   for (; d0 + W <= D; d0 += kChunk) {
@@ -351,8 +375,8 @@ inline void accumulate_row(float* o, float alpha, const float* p, const float* v
     for (int c = 0; c < cols; ++c) {
       if (p[c] == 0.0f) continue;
       const typename Vec::T pc = Vec::set1(p[c]);
-      const float* vr = v + c * ldv + d0;
-      for (int k = 0; k < nv; ++k) acc[k] = Vec::fmadd(pc, Vec::load(vr + k * W), acc[k]);
+      const Elem<DT>* vr = v + c * ldv + d0;
+      for (int k = 0; k < nv; ++k) acc[k] = Vec::fmadd(pc, load_elems<DT>(vr + k * W), acc[k]);
     }
     for (int k = 0; k < nv; ++k) Vec::store(o + d0 + k * W, acc[k]);
     if (nv < 8) {
@@ -362,59 +386,10 @@ inline void accumulate_row(float* o, float alpha, const float* p, const float* v
   }
   for (int d = d0; d < D; ++d) {  // the last D % W elements
     float acc = o[d] * alpha;
-    for (int c = 0; c < cols; ++c) acc += p[c] * v[c * ldv + d];
-    o[d] = acc;
-  }
-}
-
-#if defined(FA_HAVE_SIMD_CONVERT)
-// The row path's products straight from 16-bit K and V rows, widening in
-// registers: decoding reads each K/V element once, so a separate widening
-// pass into a buffer would double its memory traffic.
-template <DType DT>
-inline typename Vec::T load16(const std::uint16_t* p) {
-  if constexpr (DT == DType::kF16) return Vec::load_f16(p); else return Vec::load_bf16(p);
-}
-
-template <DType DT>
-inline float dot16(const float* a, const std::uint16_t* b, int n) {
-  typename Vec::T acc = Vec::zero();
-  int d = 0;
-  for (; d + Vec::W <= n; d += Vec::W) acc = Vec::fmadd(Vec::load(a + d), load16<DT>(b + d), acc);
-  float sum = Vec::reduce_add(acc);
-  for (; d < n; ++d) sum += a[d] * load_scalar<DT>(b, d);
-  return sum;
-}
-
-template <DType DT>
-inline void accumulate_row16(float* o, float alpha, const float* p, const std::uint16_t* v, std::int64_t ldv, int cols,
-                             int D) {
-  constexpr int W = Vec::W, kChunk = 8 * Vec::W;
-  int d0 = 0;
-  for (; d0 + W <= D; d0 += kChunk) {
-    const int nv = (D - d0) / W < 8 ? (D - d0) / W : 8;
-    typename Vec::T acc[8];
-    const typename Vec::T va = Vec::set1(alpha);
-    for (int k = 0; k < nv; ++k) acc[k] = Vec::mul(Vec::load(o + d0 + k * W), va);
-    for (int c = 0; c < cols; ++c) {
-      if (p[c] == 0.0f) continue;
-      const typename Vec::T pc = Vec::set1(p[c]);
-      const std::uint16_t* vr = v + c * ldv + d0;
-      for (int k = 0; k < nv; ++k) acc[k] = Vec::fmadd(pc, load16<DT>(vr + k * W), acc[k]);
-    }
-    for (int k = 0; k < nv; ++k) Vec::store(o + d0 + k * W, acc[k]);
-    if (nv < 8) {
-      d0 += nv * W;
-      break;
-    }
-  }
-  for (int d = d0; d < D; ++d) {
-    float acc = o[d] * alpha;
     for (int c = 0; c < cols; ++c) acc += p[c] * load_scalar<DT>(v + c * ldv, d);
     o[d] = acc;
   }
 }
-#endif
 
 // The row path (see kRowPathMaxRows): per K/V tile and query row, scores
 // by dot products over head_dim, the online softmax over keys in the lanes,
@@ -445,7 +420,7 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
   for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
 #if defined(FA_HAVE_SIMD_CONVERT)
-    // 16-bit K/V are read in place and widened in registers (see dot16).
+    // 16-bit K/V are read in place and widened in registers (see load_elems).
     constexpr bool kFused = DT != DType::kF32;
 #else
     constexpr bool kFused = false;
@@ -459,11 +434,11 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
       const float* qr = q + rr * D;
 #if defined(FA_HAVE_SIMD_CONVERT)
       if constexpr (kFused) {
-        for (int c = 0; c < cols; ++c) srow[c] = dot16<DT>(qr, k16 + c * job.k_strides[2], D);
+        for (int c = 0; c < cols; ++c) srow[c] = dot<DT>(qr, k16 + c * job.k_strides[2], D);
       } else
 #endif
       {
-        for (int c = 0; c < cols; ++c) srow[c] = dot(qr, kv.k + c * kv.ldk, D);
+        for (int c = 0; c < cols; ++c) srow[c] = dot<DType::kF32>(qr, kv.k + c * kv.ldk, D);
       }
       if (has_score_modifiers(job)) modify_scores(job, head, i, 1, j0, cols, srow, 1, 0);
       if (job.window.active) mask_window(job, i, j0, cols, srow, 1);
@@ -489,11 +464,11 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
       }
 #if defined(FA_HAVE_SIMD_CONVERT)
       if constexpr (kFused) {
-        accumulate_row16<DT>(o + rr * D, alpha, srow, v16, job.v_strides[2], cols, D);
+        accumulate_row<DT>(o + rr * D, alpha, srow, v16, job.v_strides[2], cols, D);
       } else
 #endif
       {
-        accumulate_row(o + rr * D, alpha, srow, kv.v, kv.ldv, cols, D);
+        accumulate_row<DType::kF32>(o + rr * D, alpha, srow, kv.v, kv.ldv, cols, D);
       }
     }
   }
