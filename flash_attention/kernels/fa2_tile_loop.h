@@ -489,102 +489,22 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
   }
 }
 
-template <DType DT, bool kPrefetch>
-void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
-  constexpr int W = Vec::W;
-  // Units: (batch, head), or (batch, K/V head) when GQA heads are packed.
-  const std::int64_t heads_per_unit = job.pack_group;
-  const std::int64_t unit_heads = job.heads / heads_per_unit;
-  const std::int64_t units = job.batch * unit_heads;
-  // Last Q tiles first: under a causal mask they see the most keys, and
-  // handing out the longest work first balances the threads.  Within a Q
-  // tile: chunk (split) by chunk, then unit by unit.
-  const std::int64_t qt_index = job.q_tiles - 1 - item / (units * job.num_splits);
-  const std::int64_t split = (item / units) % job.num_splits;
-  const std::int64_t unit = item % units;
-  const std::int64_t b = unit / unit_heads, h = (unit % unit_heads) * heads_per_unit, hk = h / job.kv_group;
-  const std::int64_t BH = job.batch * job.heads, bh = b * job.heads + h;  // the tile path: one head per unit
-  const int D = static_cast<int>(job.head_dim);
-  const int tq = job.tile_q, tkv = job.tile_kv;
-  const std::int64_t i0 = qt_index * tq;
-  const int rows = static_cast<int>(job.seq_q - i0 < tq ? job.seq_q - i0 : tq);
-  const int nvec = (rows + W - 1) / W;  // query-row vectors actually in use
-  const int width = nvec * W;
-  // Keys this item visits: its chunk, cut to the union of its rows' windows
-  // (whole tiles before the first row's window start are skipped).
-  const std::int64_t chunk_begin = split * job.split_keys;
-  const std::int64_t first_key = key_begin(job, i0) / tkv * tkv;
-  const std::int64_t kv_begin = first_key > chunk_begin ? first_key : chunk_begin;
-  std::int64_t kv_end = key_end(job, i0 + rows - 1);
-  if (kv_end > chunk_begin + job.split_keys) kv_end = chunk_begin + job.split_keys;
+// One (batch, head, Q tile) item on the tile path, whose keys and query rows
+// the caller resolved.
+struct TileItem {
+  std::int64_t b, h, bh, split, i0, kv_begin, kv_end;
+  int rows, nvec;  // query rows, and the row vectors in use (rows rounded up to Vec::W)
+  const char *qbase, *kbase, *vbase;  // Q at the tile's first row; K and V at the head's first key
+};
+
+// The tile path's epilogue: normalize once (a row that attended nothing
+// outputs zeros) and write O and the LSE, or a chunk's fp32 partials.
+template <DType DT>
+inline void write_tile_outputs(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+  const int D = static_cast<int>(job.head_dim), tq = job.tile_q, rows = it.rows;
+  const std::int64_t b = it.b, h = it.h, split = it.split, i0 = it.i0;
+  const std::int64_t BH = job.batch * job.heads, bh = b * job.heads + h;
   const std::size_t es = dtype_size(DT);
-
-  const char* qbase = static_cast<const char*>(job.q) + (b * job.q_strides[0] + h * job.q_strides[1] + i0 * job.q_strides[2]) * es;
-  const char* kbase = static_cast<const char*>(job.k) + (b * job.k_strides[0] + hk * job.k_strides[1]) * es;
-  const char* vbase = static_cast<const char*>(job.v) + (b * job.v_strides[0] + hk * job.v_strides[1]) * es;
-
-  if (rows <= kRowPathMaxRows || job.pack_group > 1) {
-    run_rows<DT, kPrefetch>(job, w, rows, i0, kv_begin, kv_end, qbase, kbase, vbase, b, h, split);
-    return;
-  }
-
-  // Qᵀ, pre-scaled so the softmax can use exp2; unused row lanes are zero.
-  // Transposed in 16 x 16 blocks so every cache line written is filled.
-  for (int r0 = 0; r0 < width; r0 += 16) {
-    for (int d0 = 0; d0 < D; d0 += 16) {
-      const int r1 = r0 + 16 < rows ? r0 + 16 : rows, d1 = d0 + 16 < D ? d0 + 16 : D;
-      for (int r = r0; r < r1; ++r) {
-        for (int d = d0; d < d1; ++d) w.qt[std::int64_t(d) * tq + r] = load_scalar<DT>(qbase, r * job.q_strides[2] + d) * job.scale_log2;
-      }
-      for (int r = r1 > r0 ? r1 : r0; r < r0 + 16 && r < width; ++r) {
-        for (int d = d0; d < d1; ++d) w.qt[std::int64_t(d) * tq + r] = 0.0f;
-      }
-    }
-  }
-  for (int d = 0; d < D; ++d) {
-    for (int j = 0; j < nvec; ++j) Vec::store(w.ot + std::int64_t(d) * tq + j * W, Vec::zero());
-  }
-  for (int j = 0; j < nvec; ++j) {
-    Vec::store(w.m + j * W, Vec::set1(initial_row_max(job, h, split)));
-    Vec::store(w.l + j * W, Vec::set1(initial_row_sum(job, split)));
-  }
-
-  for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
-    const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
-    const KvTile kv = load_kv_tile<DT, kPrefetch>(job, w, kbase, vbase, j0, cols, kv_end);
-
-    // Sᵀ[c][r] = K[c] · Qᵀ[:, r]
-    gemm<false>(kv.k, kv.ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr);
-    if (has_score_modifiers(job)) modify_scores(job, h, i0, rows, j0, cols, w.st, tq, 1);
-
-    // Masking: only tiles crossing a window edge (the causal diagonal, a
-    // band's sides), or any tile under an explicit mask, pay for it.
-    if (job.window.active && (j0 + cols > key_end(job, i0) || j0 < key_begin(job, i0 + rows - 1))) {
-      for (int r = 0; r < rows; ++r) mask_window(job, i0 + r, j0, cols, w.st + r, tq);
-    }
-    if (job.mask) {
-      for (int r = 0; r < rows; ++r) {
-        const std::int8_t* mrow = job.mask + (i0 + r) * job.seq_kv + j0;
-        for (int c = 0; c < cols; ++c) {
-          if (mrow[c] == 0) w.st[std::int64_t(c) * tq + r] = kNegInf;
-        }
-      }
-    }
-
-    online_softmax_tile(w, cols, nvec, tq);
-    if (job.dropout.active) {  // after the row sum took the undropped P
-      for (int c = 0; c < cols; ++c) {
-        for (int r = 0; r < rows; ++r) {
-          w.st[std::int64_t(c) * tq + r] *= detail::dropout_factor(job.dropout, bh, i0 + r, j0 + c);
-        }
-      }
-    }
-
-    // Oᵀ[d][r] = Oᵀ[d][r] * alpha[r] + sum_c V[c][d] * Pᵀ[c][r]
-    gemm<true>(kv.v, 1, kv.ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha);
-  }
-
-  // Epilogue: normalize once; a row that attended nothing outputs zeros.
   if (job.num_splits > 1) {  // a chunk's normalized fp32 partial, combined later
     for (int r = 0; r < rows; ++r) w.alpha[r] = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f;
     float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i0) * D;
@@ -617,6 +537,138 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
     float* lse = job.lse + b * job.lse_strides[0] + h * job.lse_strides[1] + i0;
     for (int r = 0; r < rows; ++r) lse[r] = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
   }
+}
+
+// Masking: only tiles crossing a window edge (the causal diagonal, a band's
+// sides), or any tile under an explicit mask, pay for it.
+inline void mask_tile(const Fa2Job& job, std::int64_t i0, int rows, std::int64_t j0, int cols, float* st, int tq) {
+  if (job.window.active && (j0 + cols > key_end(job, i0) || j0 < key_begin(job, i0 + rows - 1))) {
+    for (int r = 0; r < rows; ++r) mask_window(job, i0 + r, j0, cols, st + r, tq);
+  }
+  if (job.mask) {
+    for (int r = 0; r < rows; ++r) {
+      const std::int8_t* mrow = job.mask + (i0 + r) * job.seq_kv + j0;
+      for (int c = 0; c < cols; ++c) {
+        if (mrow[c] == 0) st[std::int64_t(c) * tq + r] = kNegInf;
+      }
+    }
+  }
+}
+
+// Dropout on a Pᵀ tile, after the row sum took the undropped P.
+inline void drop_tile(const Fa2Job& job, std::int64_t bh, std::int64_t i0, int rows, std::int64_t j0, int cols,
+                      float* st, int tq) {
+  for (int c = 0; c < cols; ++c) {
+    for (int r = 0; r < rows; ++r) st[std::int64_t(c) * tq + r] *= detail::dropout_factor(job.dropout, bh, i0 + r, j0 + c);
+  }
+}
+
+// Oᵀ = 0 and every row's softmax state before its first key.
+inline void init_tile_state(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+  constexpr int W = Vec::W;
+  const int D = static_cast<int>(job.head_dim), tq = job.tile_q, nvec = it.nvec;
+  const std::int64_t h = it.h, split = it.split;
+  for (int d = 0; d < D; ++d) {
+    for (int j = 0; j < nvec; ++j) Vec::store(w.ot + std::int64_t(d) * tq + j * W, Vec::zero());
+  }
+  for (int j = 0; j < nvec; ++j) {
+    Vec::store(w.m + j * W, Vec::set1(initial_row_max(job, h, split)));
+    Vec::store(w.l + j * W, Vec::set1(initial_row_sum(job, split)));
+  }
+
+}
+
+template <DType DT, bool kPrefetch>
+void run_tile(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+  constexpr int W = Vec::W;
+  const int D = static_cast<int>(job.head_dim), tq = job.tile_q, tkv = job.tile_kv;
+  const int rows = it.rows, nvec = it.nvec, width = nvec * W;
+  const std::int64_t h = it.h, bh = it.bh, i0 = it.i0, kv_end = it.kv_end;
+  const char *qbase = it.qbase, *kbase = it.kbase, *vbase = it.vbase;
+  // Qᵀ, pre-scaled so the softmax can use exp2; unused row lanes are zero.
+  // Transposed in 16 x 16 blocks so every cache line written is filled.
+  for (int r0 = 0; r0 < width; r0 += 16) {
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      const int r1 = r0 + 16 < rows ? r0 + 16 : rows, d1 = d0 + 16 < D ? d0 + 16 : D;
+      for (int r = r0; r < r1; ++r) {
+        for (int d = d0; d < d1; ++d) w.qt[std::int64_t(d) * tq + r] = load_scalar<DT>(qbase, r * job.q_strides[2] + d) * job.scale_log2;
+      }
+      for (int r = r1 > r0 ? r1 : r0; r < r0 + 16 && r < width; ++r) {
+        for (int d = d0; d < d1; ++d) w.qt[std::int64_t(d) * tq + r] = 0.0f;
+      }
+    }
+  }
+  init_tile_state(job, w, it);
+
+  for (std::int64_t j0 = it.kv_begin; j0 < kv_end; j0 += tkv) {
+    const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
+    const KvTile kv = load_kv_tile<DT, kPrefetch>(job, w, kbase, vbase, j0, cols, kv_end);
+
+    // Sᵀ[c][r] = K[c] · Qᵀ[:, r]
+    gemm<false>(kv.k, kv.ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr);
+    if (has_score_modifiers(job)) modify_scores(job, h, i0, rows, j0, cols, w.st, tq, 1);
+    mask_tile(job, i0, rows, j0, cols, w.st, tq);
+    online_softmax_tile(w, cols, nvec, tq);
+    if (job.dropout.active) drop_tile(job, bh, i0, rows, j0, cols, w.st, tq);
+
+    // Oᵀ[d][r] = Oᵀ[d][r] * alpha[r] + sum_c V[c][d] * Pᵀ[c][r]
+    gemm<true>(kv.v, 1, kv.ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha);
+  }
+
+  write_tile_outputs<DT>(job, w, it);
+}
+
+#if defined(FA_HAVE_AMX)
+#include "amx_tile_path.h"
+#endif
+
+template <DType DT, bool kPrefetch>
+void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
+  constexpr int W = Vec::W;
+  // Units: (batch, head), or (batch, K/V head) when GQA heads are packed.
+  const std::int64_t heads_per_unit = job.pack_group;
+  const std::int64_t unit_heads = job.heads / heads_per_unit;
+  const std::int64_t units = job.batch * unit_heads;
+  // Last Q tiles first: under a causal mask they see the most keys, and
+  // handing out the longest work first balances the threads.  Within a Q
+  // tile: chunk (split) by chunk, then unit by unit.
+  const std::int64_t qt_index = job.q_tiles - 1 - item / (units * job.num_splits);
+  const std::int64_t split = (item / units) % job.num_splits;
+  const std::int64_t unit = item % units;
+  const std::int64_t b = unit / unit_heads, h = (unit % unit_heads) * heads_per_unit, hk = h / job.kv_group;
+  const std::int64_t bh = b * job.heads + h;  // the tile path: one head per unit
+  const int tq = job.tile_q, tkv = job.tile_kv;
+  const std::int64_t i0 = qt_index * tq;
+  const int rows = static_cast<int>(job.seq_q - i0 < tq ? job.seq_q - i0 : tq);
+  const int nvec = (rows + W - 1) / W;  // query-row vectors actually in use
+  // Keys this item visits: its chunk, cut to the union of its rows' windows
+  // (whole tiles before the first row's window start are skipped).
+  const std::int64_t chunk_begin = split * job.split_keys;
+  const std::int64_t first_key = key_begin(job, i0) / tkv * tkv;
+  const std::int64_t kv_begin = first_key > chunk_begin ? first_key : chunk_begin;
+  std::int64_t kv_end = key_end(job, i0 + rows - 1);
+  if (kv_end > chunk_begin + job.split_keys) kv_end = chunk_begin + job.split_keys;
+  const std::size_t es = dtype_size(DT);
+
+  const char* qbase = static_cast<const char*>(job.q) + (b * job.q_strides[0] + h * job.q_strides[1] + i0 * job.q_strides[2]) * es;
+  const char* kbase = static_cast<const char*>(job.k) + (b * job.k_strides[0] + hk * job.k_strides[1]) * es;
+  const char* vbase = static_cast<const char*>(job.v) + (b * job.v_strides[0] + hk * job.v_strides[1]) * es;
+
+  if (rows <= kRowPathMaxRows || job.pack_group > 1) {
+    run_rows<DT, kPrefetch>(job, w, rows, i0, kv_begin, kv_end, qbase, kbase, vbase, b, h, split);
+    return;
+  }
+
+  const TileItem it{b, h, bh, split, i0, kv_begin, kv_end, rows, nvec, qbase, kbase, vbase};
+#if defined(FA_HAVE_AMX)
+  if constexpr (DT == DType::kBF16) {
+    if (amx_tile_path_fits(job)) {
+      run_tile_amx<kPrefetch>(job, w, it);
+      return;
+    }
+  }
+#endif
+  run_tile<DT, kPrefetch>(job, w, it);
 }
 
 inline std::int64_t job_items(const Fa2Job& job) {
