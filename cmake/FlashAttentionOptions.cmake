@@ -10,7 +10,7 @@ option(FA_ENABLE_ASYNC "Prefetch the next K/V tile while computing the current o
 option(FA_SPLIT_ENABLE "Split the K/V sequence into chunks computed in parallel" OFF)
 set(FA_SPLIT_THRESHOLD "128" CACHE STRING "Smallest K/V chunk (keys) when FA_SPLIT_ENABLE=ON")
 option(FA_MIXED_PRECISION_SOFTMAX "Softmax and accumulation in fp32 for fp16/bf16 inputs" ON)
-set(FA_TARGET "auto" CACHE STRING "CPU kernel paths to build: auto (all, chosen at run time), generic, avx2, avx512")
+set(FA_TARGET "auto" CACHE STRING "CPU kernel paths to build: auto (all, chosen at run time), generic, avx2, avx512, amx")
 option(ENABLE_BENCHMARK "Build the <version>_benchmark programs" ON)
 option(ENABLE_TESTS "Build the <version>_test programs and the CTest suite" ON)
 
@@ -56,14 +56,12 @@ endif()
 
 # FA_TARGET plays the guide's ASCEND_NPU_TYPE: which instruction sets the
 # kernels are compiled for.  auto builds every path and picks at run time.
-set(FA_VALID_TARGETS auto generic avx2 avx512)
-if(FA_TARGET STREQUAL "amx")
-  message(FATAL_ERROR "FA_TARGET=amx: the AMX path is not implemented yet; valid now: auto, generic, avx2, avx512")
-elseif(NOT FA_TARGET IN_LIST FA_VALID_TARGETS)
-  fa_fail(FA_TARGET "${FA_TARGET}" "auto, generic, avx2 or avx512")
+set(FA_VALID_TARGETS auto generic avx2 avx512 amx)
+if(NOT FA_TARGET IN_LIST FA_VALID_TARGETS)
+  fa_fail(FA_TARGET "${FA_TARGET}" "auto, generic, avx2, avx512 or amx")
 endif()
 if(FA_TARGET STREQUAL "auto")
-  set(FA_KERNEL_PATHS generic avx2 avx512)
+  set(FA_KERNEL_PATHS generic avx2 avx512 amx)
 else()
   set(FA_KERNEL_PATHS ${FA_TARGET})
 endif()
@@ -73,6 +71,8 @@ set(FA_ISA_FLAGS_generic "")
 set(FA_ISA_FLAGS_avx2 -mavx2 -mfma -mf16c)
 # GCC 12 warns falsely about _mm512_undefined_* inside its own intrinsics headers.
 set(FA_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -Wno-maybe-uninitialized)
+# The AMX path: the AVX-512 loop plus AVX512_BF16 (fp32 -> bf16 pairs) and the tile unit.
+set(FA_ISA_FLAGS_amx ${FA_ISA_FLAGS_avx512} -mavx512bf16 -mamx-tile -mamx-bf16)
 
 if(FA_SPLIT_ENABLE)
   message(STATUS "FA Split-KV: ON (calls split the keys when threads would idle; chunks >= ${FA_SPLIT_THRESHOLD} keys)")

@@ -62,7 +62,7 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"threads", K::kInt, "N", "threads (default: every core this process may use, capped by FA_MAX_THREADS)"},
       {"num-splits", K::kString, "N|auto", "split-KV chunks: 1 = unsplit, N, or auto (default: auto with FA_SPLIT_ENABLE=ON, else 1)"},
       {"seed", K::kInt, "N", "seed of the random inputs used when no input files are given (default 1)"},
-      {"isa", K::kString, "generic|avx2|avx512", "kernel path (default: FA_ISA, else the fastest this CPU runs)"},
+      {"isa", K::kString, "generic|avx2|avx512|amx", "kernel path (default: FA_ISA, else the fastest this CPU runs)"},
       {"no-probe", K::kBool, "", "skip the start-up measurement of the vector unit's peak (no Utilization line)"},
       {"output", K::kString, "PATH", "write O as [batch, seq_q, heads*head_dim] in --dtype"},
       {"check", K::kBool, "", "compare O with the float64 reference; exit 1 when out of tolerance"},
@@ -116,14 +116,22 @@ std::vector<std::pair<int, int>> parse_tile_list(const std::string& text) {
   return out;
 }
 
-// The unit a path's kernels run on, for the Utilization line.
-const char* unit_name(fa::Isa isa) {
+// The unit a call's products run on, for the Utilization line.
+const char* unit_name(fa::Isa isa, bool matrix) {
+  if (matrix) return "AMX TDPBF16PS";
   switch (isa) {
     case fa::Isa::kGeneric: return "SSE2 mul+add";
     case fa::Isa::kAvx2: return "AVX2 FMA";
-    case fa::Isa::kAvx512: return "AVX-512 FMA";
+    case fa::Isa::kAvx512:
+    case fa::Isa::kAmx: return "AVX-512 FMA";
   }
   return "?";
+}
+
+// The Kernel line: the path, and on the amx path which unit the products use.
+std::string kernel_name(fa::Isa isa, bool matrix) {
+  if (isa != fa::Isa::kAmx) return std::string(fa::isa_name(isa));
+  return matrix ? "amx-bf16" : "amx (its AVX-512 code: the tiles run bf16 with head_dim a multiple of 32)";
 }
 
 Options read_options(const Args& a) {
@@ -265,7 +273,7 @@ Options read_options(const Args& a) {
   o.output = a.str("output");
   if (a.has("isa")) {
     auto isa = fa::parse_isa(a.str("isa"));
-    if (!isa) throw UsageError("--isa: unknown kernel path '" + a.str("isa") + "' (expected generic, avx2 or avx512)");
+    if (!isa) throw UsageError("--isa: unknown kernel path '" + a.str("isa") + "' (expected generic, avx2, avx512 or amx)");
     p.isa = *isa;
   }
   o.probe = !a.flag("no-probe");
@@ -509,10 +517,17 @@ int run(int argc, char** argv) {
   };
 
   const int used_threads = plan.threads;
-  // The vector unit's peak on the same threads, right before the kernel runs
+  // The products' unit: the AMX tiles for bf16 on the amx path, else the
+  // path's vector FMA.
+  const bool matrix = fa::uses_matrix_unit(isa, o.dtype, D);
+  auto measure_peak = [&] {
+    return matrix ? fa::measure_matrix_peak_gflops(isa, used_threads, 0.2)
+                  : fa::measure_fma_peak_gflops(isa, used_threads, 0.2);
+  };
+  // The unit's peak on the same threads, right before the kernel runs
   // (and again right after, below): on a shared machine a neighbour can take
   // a core during one probe, so the higher of the two is the ceiling used.
-  const double peak_before = o.probe ? fa::measure_fma_peak_gflops(isa, used_threads, 0.2) : 0.0;
+  const double peak_before = o.probe ? measure_peak() : 0.0;
 
   // Warm-up and timed runs of one configuration; run 0 always uses set 0,
   // whose output is written and checked.
@@ -533,7 +548,7 @@ int run(int argc, char** argv) {
   if (o.sweep) return run_sweep(o, p, isa, flops, time_runs);
 
   const std::vector<double> times_ms = time_runs(p);
-  const double peak_after = o.probe ? fa::measure_fma_peak_gflops(isa, used_threads, 0.2) : 0.0;
+  const double peak_after = o.probe ? measure_peak() : 0.0;
   const double peak_gflops = std::max(peak_before, peak_after);
   const std::vector<double>& sorted = times_ms;
   const double median = median_of(sorted);
@@ -577,7 +592,7 @@ int run(int argc, char** argv) {
                   (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(),
                   std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
                   p.mask ? "true" : "false", tq, tkv, plan.source.c_str(), plan.working_set_bytes, plan.limit_bytes,
-                  used_threads, 100.0 * plan.occupancy, plan.num_splits, std::string(fa::isa_name(isa)).c_str());
+                  used_threads, 100.0 * plan.occupancy, plan.num_splits, kernel_name(isa, matrix).c_str());
     std::cout << line;
     std::snprintf(line, sizeof line,
                   "\"latency_ms\": %.6f, \"latency_min_ms\": %.6f, \"latency_max_ms\": %.6f, \"runs\": %d, "
@@ -588,7 +603,7 @@ int run(int argc, char** argv) {
       std::snprintf(line, sizeof line,
                     ", \"peak_gflops\": %.3f, \"peak_before_gflops\": %.3f, \"peak_after_gflops\": %.3f, "
                     "\"peak_unit\": \"%s\", \"utilization_percent\": %.3f",
-                    peak_gflops, peak_before, peak_after, unit_name(isa), utilization);
+                    peak_gflops, peak_before, peak_after, unit_name(isa, matrix), utilization);
       std::cout << line;
     }
     if (o.check) {
@@ -616,7 +631,7 @@ int run(int argc, char** argv) {
                     static_cast<long long>(plan.split_keys));
       std::cout << line;
     }
-    std::cout << "Kernel: " << fa::isa_name(isa) << "\n";
+    std::cout << "Kernel: " << kernel_name(isa, matrix) << "\n";
     std::snprintf(line, sizeof line, "Latency: %.4f ms (min %.4f, max %.4f over %d runs)\n", median,
                   sorted.front(), sorted.back(), o.num_runs);
     std::cout << line;
@@ -627,7 +642,7 @@ int run(int argc, char** argv) {
     if (o.probe) {
       std::snprintf(line, sizeof line,
                     "Utilization: %.1f%% of %s peak (%.1f GFLOP/s on %d threads; probes before/after: %.1f/%.1f)\n",
-                    utilization, unit_name(isa), peak_gflops, used_threads, peak_before, peak_after);
+                    utilization, unit_name(isa, matrix), peak_gflops, used_threads, peak_before, peak_after);
       std::cout << line;
     }
     if (o.check) {

@@ -21,6 +21,9 @@ extern const KernelTable kKernels_avx2;
 #if FA_BUILD_AVX512
 extern const KernelTable kKernels_avx512;
 #endif
+#if FA_BUILD_AMX
+extern const KernelTable kKernels_amx;
+#endif
 
 const KernelTable* kernel_table(Isa isa) {
   switch (isa) {
@@ -33,6 +36,9 @@ const KernelTable* kernel_table(Isa isa) {
 #if FA_BUILD_AVX512
     case Isa::kAvx512: return &kKernels_avx512;
 #endif
+#if FA_BUILD_AMX
+    case Isa::kAmx: return &kKernels_amx;
+#endif
     default: return nullptr;
   }
 }
@@ -41,7 +47,7 @@ const KernelTable* kernel_table(Isa isa) {
 
 namespace {
 
-constexpr Isa kAllIsas[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512};
+constexpr Isa kAllIsas[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAmx};
 
 bool cpu_can_run(Isa isa) {
   const detail::CpuFeatures& f = detail::cpu_features();
@@ -49,6 +55,8 @@ bool cpu_can_run(Isa isa) {
     case Isa::kGeneric: return true;
     case Isa::kAvx2: return f.has_avx2_path();
     case Isa::kAvx512: return f.has_avx512_path();
+    // Linux hands out the tile registers only on request (once per process).
+    case Isa::kAmx: return f.has_amx_path() && detail::request_amx_permission();
   }
   return false;
 }
@@ -59,8 +67,28 @@ const char* requirement(Isa isa) {
     case Isa::kGeneric: return "x86-64";
     case Isa::kAvx2: return "avx2+fma+f16c";
     case Isa::kAvx512: return "avx512f+avx512bw+avx512vl+avx512dq";
+    case Isa::kAmx: return "amx-bf16";
   }
   return "?";
+}
+
+// Why the CPU cannot run a path, in one line.
+std::string cannot_run(Isa isa) {
+  if (isa == Isa::kAmx && detail::cpu_features().has_amx_path()) {
+    return "the AMX tile registers were refused by the operating system (arch_prctl ARCH_REQ_XCOMP_PERM)";
+  }
+  return "instruction set " + std::string(requirement(isa)) + " not supported by this CPU (has: " +
+         detail::cpu_feature_list() + ")";
+}
+
+// "generic, avx2, avx512 or amx", for messages.
+std::string isa_choices() {
+  std::string out;
+  for (std::size_t i = 0; i < std::size(kAllIsas); ++i) {
+    if (i) out += i + 1 == std::size(kAllIsas) ? " or " : ", ";
+    out += isa_name(kAllIsas[i]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -70,6 +98,7 @@ std::string_view isa_name(Isa isa) {
     case Isa::kGeneric: return "generic";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kAmx: return "amx";
   }
   return "?";
 }
@@ -104,7 +133,7 @@ Status select_isa(const std::optional<Isa>& forced, Isa* chosen) {
     if (const char* env = std::getenv("FA_ISA"); env && *env) {
       want = parse_isa(env);
       if (!want) {
-        return Status::Invalid(std::string("FA_ISA=") + env + " is not a kernel path (expected generic, avx2 or avx512)");
+        return Status::Invalid(std::string("FA_ISA=") + env + " is not a kernel path (expected " + isa_choices() + ")");
       }
     }
   }
@@ -113,10 +142,7 @@ Status select_isa(const std::optional<Isa>& forced, Isa* chosen) {
       return Status::Unsupported("kernel path " + std::string(isa_name(*want)) +
                                  " is not in this build (built: " + built_isas() + "; see FA_TARGET)");
     }
-    if (!cpu_can_run(*want)) {
-      return Status::Unsupported("instruction set " + std::string(requirement(*want)) +
-                                 " not supported by this CPU (has: " + cpu_feature_list() + ")");
-    }
+    if (!cpu_can_run(*want)) return Status::Unsupported(cannot_run(*want));
     *chosen = *want;
     return Status::Ok();
   }
@@ -128,28 +154,42 @@ Status select_isa(const std::optional<Isa>& forced, Isa* chosen) {
   }
   // Only paths the CPU lacks were built (FA_TARGET=avx512 on an AVX2 CPU, say).
   for (auto it = std::rbegin(kAllIsas); it != std::rend(kAllIsas); ++it) {
-    if (kernel_table(*it)) {
-      return Status::Unsupported("instruction set " + std::string(requirement(*it)) +
-                                 " not supported by this CPU (has: " + cpu_feature_list() + ")");
-    }
+    if (kernel_table(*it)) return Status::Unsupported(cannot_run(*it));
   }
   return Status::Unsupported("no kernel path was built");
 }
 
 }  // namespace detail
 
-double measure_fma_peak_gflops(Isa isa, int threads, double seconds) {
-  if (!isa_available(isa)) return 0.0;
-  const detail::KernelTable* table = detail::kernel_table(isa);
+namespace {
+
+// Runs `probe` on `threads` threads at once (one item each: every thread
+// measures its own core while the others do) and sums the rates.
+double measure_on_threads(double (*probe)(double), int threads, double seconds) {
   const int n = threads > 0 ? threads : default_thread_count();
   std::vector<double> rates(static_cast<std::size_t>(n), 0.0);
-  // One item per thread; every thread measures its own core at the same time.
   detail::ThreadPool::global().parallel_for(n, n, [&](std::int64_t item, int) {
-    rates[static_cast<std::size_t>(item)] = table->fma_peak_one_thread(seconds);
+    rates[static_cast<std::size_t>(item)] = probe(seconds);
   });
   double total = 0.0;
   for (double r : rates) total += r;
   return total;
+}
+
+}  // namespace
+
+double measure_fma_peak_gflops(Isa isa, int threads, double seconds) {
+  if (!isa_available(isa)) return 0.0;
+  return measure_on_threads(detail::kernel_table(isa)->fma_peak_one_thread, threads, seconds);
+}
+
+double measure_matrix_peak_gflops(Isa isa, int threads, double seconds) {
+  if (!isa_available(isa) || !detail::kernel_table(isa)->matrix_peak_one_thread) return 0.0;
+  return measure_on_threads(detail::kernel_table(isa)->matrix_peak_one_thread, threads, seconds);
+}
+
+bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim) {
+  return isa == Isa::kAmx && dtype == DType::kBF16 && head_dim % 32 == 0;
 }
 
 }  // namespace fa

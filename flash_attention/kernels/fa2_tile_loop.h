@@ -182,21 +182,29 @@ inline void prefetch_rows(const char* p, std::int64_t stride_bytes, int rows, in
 // Online softmax over one Sᵀ tile [cols][tq], one vector lane per query row:
 // Sᵀ becomes Pᵀ = exp2(S - new max), the running max and sum move, and
 // alpha receives each row's rescale factor for the output accumulator.
-inline void online_softmax_tile(const Workspace& w, int cols, int nvec, int tq) {
+// kScaled: the tile holds raw scores and the softmax works on score * scale
+// (scale > 0, so the block max scales with them): one fused multiply-add per
+// score instead of a separate scaling pass over the tile.
+template <bool kScaled = false>
+inline void online_softmax_tile(const Workspace& w, int cols, int nvec, int tq, float scale = 1.0f) {
   using T = typename Vec::T;
   constexpr int W = Vec::W;
+  const T vscale = Vec::set1(scale);
   for (int j = 0; j < nvec; ++j) {
     float* col = w.st + j * W;
     T block_max = Vec::set1(kNegInf);
     for (int c = 0; c < cols; ++c) block_max = Vec::max(block_max, Vec::load(col + std::int64_t(c) * tq));
+    if constexpr (kScaled) block_max = Vec::mul(block_max, vscale);
     const T m_old = Vec::load(w.m + j * W);
     const T m_new = Vec::max(m_old, block_max);
     // A row that has seen no attendable key keeps max -inf; subtracting 0
     // instead makes its probabilities exp2(-inf) = 0 and its alpha 0.
     const T m_sub = Vec::zero_if_neg_inf(m_new);
+    const T neg_m_sub = Vec::sub(Vec::zero(), m_sub);
     T sum = Vec::zero();
     for (int c = 0; c < cols; ++c) {
-      const T p = Vec::exp2(Vec::sub(Vec::load(col + std::int64_t(c) * tq), m_sub));
+      const T s = Vec::load(col + std::int64_t(c) * tq);
+      const T p = Vec::exp2(kScaled ? Vec::fmadd(s, vscale, neg_m_sub) : Vec::sub(s, m_sub));
       Vec::store(col + std::int64_t(c) * tq, p);
       sum = Vec::add(sum, p);
     }
@@ -618,9 +626,15 @@ void run_tile(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   write_tile_outputs<DT>(job, w, it);
 }
 
+}  // namespace fa::FA_KERNEL_NS
+
+// The amx path's products for bf16 tiles (uses the helpers above).
 #if defined(FA_HAVE_AMX)
 #include "amx_tile_path.h"
 #endif
+
+namespace fa::FA_KERNEL_NS {
+
 
 template <DType DT, bool kPrefetch>
 void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {

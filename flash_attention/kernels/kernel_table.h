@@ -69,6 +69,9 @@ struct KernelTable {
   void (*exp2_array)(const float* in, float* out, int n);
   // FMA throughput of this path's vector unit on the calling thread, GFLOP/s.
   double (*fma_peak_one_thread)(double seconds);
+  // The matrix unit's bf16 throughput on the calling thread, GFLOP/s; null
+  // on paths without one.
+  double (*matrix_peak_one_thread)(double seconds);
 };
 
 // nullptr when the path is not built.

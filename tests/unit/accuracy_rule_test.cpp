@@ -63,7 +63,7 @@ TEST_P(AccuracyRule, AtMostTwiceTheErrorOfSameDtypeAttention) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllPaths, AccuracyRule,
-    ::testing::Combine(::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512),
+    ::testing::Combine(::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAmx),
                        ::testing::Values(fa::DType::kF16, fa::DType::kBF16), ::testing::Range(0, 6)),
     [](const auto& info) {
       return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +

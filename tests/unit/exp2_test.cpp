@@ -51,7 +51,7 @@ TEST_P(Exp2, UnderflowAndMinusInfinityGiveZero) {
   for (float x : out) EXPECT_EQ(x, 0.0f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, Exp2, ::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512),
+INSTANTIATE_TEST_SUITE_P(Paths, Exp2, ::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAmx),
                          [](const auto& info) { return std::string(fa::isa_name(info.param)); });
 
 }  // namespace

@@ -74,7 +74,7 @@ CaseSpec random_case(DType dtype, std::uint32_t seed) {
   return c;
 }
 
-const auto kPaths = ::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512);
+const auto kPaths = ::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAmx);
 const auto kDtypes = ::testing::Values(DType::kF32, DType::kF16, DType::kBF16);
 
 void skip_unless_available(fa::Isa isa) {
@@ -83,14 +83,11 @@ void skip_unless_available(fa::Isa isa) {
 
 class RandomShapes : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, int>> {};
 
-TEST_P(RandomShapes, MatchesFloat64Reference) {
-  const auto [isa, dtype, index] = GetParam();
-  skip_unless_available(isa);
-  CaseSpec c = random_case(dtype, 1000u + static_cast<std::uint32_t>(index) * 7919u +
-                                      static_cast<std::uint32_t>(dtype) * 104729u);
+// Runs a case on `isa` and checks it against the float64 reference.
+void expect_matches_reference(CaseSpec c, fa::Isa isa) {
   c.params.isa = isa;
   fa::TilePlan plan;
-  if (const fa::Status s = fa::fa2_plan(c.params, dtype, &plan); !s.ok()) {
+  if (const fa::Status s = fa::fa2_plan(c.params, c.dtype, &plan); !s.ok()) {
     // Beyond this CPU's L2 budget: the call must refuse it the same way.
     EXPECT_NE(s.message().find("Error: Resource usage exceeds device limit."), std::string::npos) << s.message();
     EXPECT_FALSE(fa::cli::run_case(c, fa::cli::kForward).status.ok());
@@ -99,8 +96,16 @@ TEST_P(RandomShapes, MatchesFloat64Reference) {
   const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
   ASSERT_TRUE(r.status.ok()) << r.status.message();
   EXPECT_EQ(r.nonfinite, 0) << fa::cli::describe(c);
-  EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(dtype)) << fa::cli::describe(c);
+  EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(c.dtype)) << fa::cli::describe(c);
   EXPECT_LE(r.lse_max_error, fa::cli::kLseBound) << fa::cli::describe(c);
+}
+
+TEST_P(RandomShapes, MatchesFloat64Reference) {
+  const auto [isa, dtype, index] = GetParam();
+  skip_unless_available(isa);
+  expect_matches_reference(random_case(dtype, 1000u + static_cast<std::uint32_t>(index) * 7919u +
+                                                  static_cast<std::uint32_t>(dtype) * 104729u),
+                           isa);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, RandomShapes, ::testing::Combine(kPaths, kDtypes, ::testing::Range(0, 25)),
@@ -108,6 +113,32 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, RandomShapes, ::testing::Combine(kPaths, kDty
                            return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
                                   std::string(fa::dtype_name(std::get<1>(info.param))) + "_" +
                                   std::to_string(std::get<2>(info.param));
+                         });
+
+// The shapes the amx path runs on its tile unit (bf16, head_dim a multiple
+// of 32, K/V tiles of 32 keys or more), every other option random as above;
+// the other paths run the same cases through their own code.
+class MatrixUnitShapes : public ::testing::TestWithParam<std::tuple<fa::Isa, int>> {};
+
+TEST_P(MatrixUnitShapes, MatchesFloat64Reference) {
+  const auto [isa, index] = GetParam();
+  skip_unless_available(isa);
+  const std::uint32_t seed = 50000u + static_cast<std::uint32_t>(index) * 7919u;
+  CaseSpec c = random_case(DType::kBF16, seed);
+  std::mt19937 rng(seed ^ 0x9e3779b9u);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  c.params.head_dim = 32 * pick(1, 8);
+  c.params.tile_kv = 32 << pick(0, 3);
+  if (isa == fa::Isa::kAmx) {
+    EXPECT_TRUE(fa::uses_matrix_unit(isa, DType::kBF16, c.params.head_dim));
+  }
+  expect_matches_reference(c, isa);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, MatrixUnitShapes, ::testing::Combine(kPaths, ::testing::Range(0, 30)),
+                         [](const auto& info) {
+                           return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
+                                  std::to_string(std::get<1>(info.param));
                          });
 
 // A direct call with chosen inputs; returns O as float and the LSE.

@@ -85,8 +85,10 @@ FA_API std::optional<Layout> parse_layout(std::string_view name);
 // ------------------------------------------------------ instruction set ---
 
 // Kernel paths, from the portable one up.  `generic` is SSE2 (every x86-64
-// CPU); `avx2` needs AVX2+FMA+F16C; `avx512` needs AVX-512 F/BW/VL/DQ.
-enum class Isa { kGeneric, kAvx2, kAvx512 };
+// CPU); `avx2` needs AVX2+FMA+F16C; `avx512` needs AVX-512 F/BW/VL/DQ; `amx`
+// needs AMX-TILE+AMX-BF16 and AVX512-BF16 on top, and runs bf16 products on
+// the tile unit (fp32 and fp16 calls run its AVX-512 code).
+enum class Isa { kGeneric, kAvx2, kAvx512, kAmx };
 
 FA_API std::string_view isa_name(Isa isa);
 FA_API std::optional<Isa> parse_isa(std::string_view name);
@@ -239,6 +241,16 @@ FA_API Status fa2_select_isa(const AttentionParams& params, Isa* isa);
 // Peak fp32 FMA rate of `isa`'s vector unit on `threads` threads, in
 // GFLOP/s, measured by running independent FMA chains for about `seconds`.
 FA_API double measure_fma_peak_gflops(Isa isa, int threads, double seconds);
+
+// Peak bf16 rate of `isa`'s matrix unit (AMX TDPBF16PS) on `threads` threads,
+// in GFLOP/s; 0 for paths without one.
+FA_API double measure_matrix_peak_gflops(Isa isa, int threads, double seconds);
+
+// True when a call of this dtype and head_dim on `isa` runs its products on
+// the matrix unit: the amx path for bf16 with head_dim a multiple of 32 (and
+// K/V tiles of at least 32 keys); query tiles of at most 4 rows run on the
+// vector unit whatever the path.
+FA_API bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim);
 
 // Float64 reference forward (straightforward softmax(QKᵀ)V with float64
 // arithmetic).  `out` receives [batch, seq_q, num_heads, head_dim] (the BSH

@@ -15,6 +15,7 @@ const KernelTable kKernels_generic = {
     &FA_KERNEL_NS::fa2_run_impl<kAsyncPrefetch>,
     &FA_KERNEL_NS::exp2_array,
     &FA_KERNEL_NS::fma_peak_one_thread,
+    nullptr,
 };
 
 }  // namespace fa::detail

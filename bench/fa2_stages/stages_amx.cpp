@@ -1,0 +1,10 @@
+// Stage timer for the amx path (compiled with that path's flags).
+#define FA_KERNEL_NS isa_amx
+#define FA_HAVE_AMX 1
+#include "../../flash_attention/kernels/vec_avx512.h"
+#include "../../flash_attention/kernels/fa2_tile_loop.h"
+#include "stage_timer.h"
+
+namespace fa::bench {
+StageReport time_stages_amx(const StageConfig& cfg) { return FA_KERNEL_NS::time_stages(cfg); }
+}  // namespace fa::bench

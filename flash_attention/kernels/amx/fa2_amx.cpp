@@ -1,0 +1,24 @@
+// The FA2 tile loop compiled for the amx path: the AVX-512 loop, whose bf16
+// tile path runs its two products on the AMX tile unit (amx_tile_path.h).
+// fp32 and fp16 calls, and shapes the tiles do not fit, run the AVX-512 code
+// compiled here.  Flags set per file in flash_attention/CMakeLists.txt.
+#define FA_KERNEL_NS isa_amx
+#define FA_HAVE_AMX 1
+#include "../vec_avx512.h"
+#include "../fa2_tile_loop.h"
+#include "../../common/tile_config.h"
+
+namespace fa::detail {
+
+extern const KernelTable kKernels_amx;
+const KernelTable kKernels_amx = {
+    Isa::kAmx,
+    "amx",
+    &FA_KERNEL_NS::fa2_workspace_floats,
+    &FA_KERNEL_NS::fa2_run_impl<kAsyncPrefetch>,
+    &FA_KERNEL_NS::exp2_array,
+    &FA_KERNEL_NS::fma_peak_one_thread,
+    &FA_KERNEL_NS::amx_peak_one_thread,
+};
+
+}  // namespace fa::detail

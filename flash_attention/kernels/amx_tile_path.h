@@ -1,0 +1,331 @@
+// The tile path's products on the AMX tile unit, for bf16 inputs.  Included
+// by fa2_tile_loop.h inside the amx path's namespace (FA_HAVE_AMX), after the
+// helpers it shares with run_tile: the same item, layouts, masking, online
+// softmax, dropout and epilogue; only the two products move to the tiles.
+//
+//   Sᵀ[keys][rows] = K · Qᵀ      A: 16 K rows x 32 dims, read in place
+//                                B: Qᵀ in pair layout, packed once per item
+//   Oᵀ[dims][rows] += Vᵀ · Pᵀ    A: Vᵀ (16 dims x 32 keys), packed per K/V tile
+//                                B: Pᵀ in pair layout, converted from the fp32 P
+//
+// Pair layout: B[k / 2][n] is the 32-bit pair (X[n][k], X[n][k + 1]), the
+// operand TDPBF16PS multiplies (sum over k of A[m][k] * X[n][k] into C[m][n]).
+// The softmax and the accumulators stay in fp32; like FlashAttention on GPUs,
+// P is rounded to bf16 for the second product (the accuracy rule's
+// same-dtype yardstick rounds it the same way).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace fa::FA_KERNEL_NS {
+
+// Tile registers: C 0-3 (fp32 16 x 16 accumulators), A 4-5, B 6-7, every one
+// 16 rows x 64 bytes, so one configuration serves both products.
+struct alignas(64) AmxConfig {
+  std::uint8_t palette, start_row, reserved[14];
+  std::uint16_t colsb[16];
+  std::uint8_t rows[16];
+};
+
+inline void amx_load_config() {
+  AmxConfig cfg{};
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+}
+
+// Whole tiles only: 32 dims per A tile of the first product, 32 keys per A
+// tile of the second, 16 rows per B tile.  Other shapes run the AVX-512 loop.
+inline bool amx_tile_path_fits(const Fa2Job& job) {
+  return job.head_dim % 32 == 0 && job.tile_kv % 32 == 0 && job.tile_q % 16 == 0;
+}
+
+// In-register transpose of a 16 x 16 block of 32-bit elements.
+inline void transpose_16x16_epi32(__m512i r[16]) {
+  __m512i t[16];
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+  }
+  // u[4k + j], 128-bit lane L: column 4L + j of rows 4k .. 4k + 3.
+  __m512i u[16];
+  for (int k = 0; k < 4; ++k) {
+    u[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+    u[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i lo_a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), lo_b = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512i hi_a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE), hi_b = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+    r[j] = _mm512_shuffle_i32x4(lo_a, lo_b, 0x88);
+    r[4 + j] = _mm512_shuffle_i32x4(lo_a, lo_b, 0xDD);
+    r[8 + j] = _mm512_shuffle_i32x4(hi_a, hi_b, 0x88);
+    r[12 + j] = _mm512_shuffle_i32x4(hi_a, hi_b, 0xDD);
+  }
+}
+
+// Qᵀ in pair layout: qb[p][r] = (Q[r][2p], Q[r][2p + 1]) for p < D / 2 and
+// r < width; rows from `rows` on are zero.
+inline void pack_q_pairs(const char* qbase, std::int64_t q_row_stride, int rows, int width, int D, std::uint32_t* qb,
+                         int tq) {
+  for (int r0 = 0; r0 < width; r0 += 16) {
+    for (int d0 = 0; d0 < D; d0 += 32) {
+      __m512i block[16];
+      for (int r = 0; r < 16; ++r) {
+        block[r] = r0 + r < rows ? _mm512_loadu_si512(qbase + (std::int64_t(r0 + r) * q_row_stride + d0) * 2)
+                                 : _mm512_setzero_si512();
+      }
+      transpose_16x16_epi32(block);
+      for (int p = 0; p < 16; ++p) _mm512_storeu_si512(qb + std::int64_t(d0 / 2 + p) * tq + r0, block[p]);
+    }
+  }
+}
+
+// Vᵀ of one K/V tile: vt[d][c / 2] = (V[c][d], V[c + 1][d]) as 32-bit pairs,
+// i.e. row d of Vᵀ in bf16, for c < cols_pad; keys from `cols` on are zero
+// (their probabilities are zero too, and 0 * garbage could be NaN).
+inline void pack_v_transposed(const std::uint16_t* v, std::int64_t v_row_stride, int cols, int cols_pad, int D,
+                              std::uint32_t* vt, int ldvt) {
+  for (int c0 = 0; c0 < cols_pad; c0 += 32) {
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      __m512i block[16];
+      for (int p = 0; p < 16; ++p) {
+        const int c = c0 + 2 * p;
+        const __m512i even = c < cols ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(
+                                            reinterpret_cast<const __m256i*>(v + std::int64_t(c) * v_row_stride + d0)))
+                                      : _mm512_setzero_si512();
+        const __m512i odd = c + 1 < cols ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                                               v + std::int64_t(c + 1) * v_row_stride + d0)))
+                                         : _mm512_setzero_si512();
+        block[p] = _mm512_or_si512(even, _mm512_slli_epi32(odd, 16));
+      }
+      transpose_16x16_epi32(block);
+      for (int d = 0; d < 16; ++d) _mm512_storeu_si512(vt + std::int64_t(d0 + d) * ldvt + c0 / 2, block[d]);
+    }
+  }
+}
+
+// Pᵀ [cols][tq] fp32 -> pair layout pb[c / 2][r] in place (row c / 2 is
+// written only after rows c and c + 1 were read); rows up to cols_pad, zero
+// from `cols` on.
+inline void pack_p_pairs(float* st, int cols, int cols_pad, int nvec, int tq) {
+  alignas(64) static constexpr std::uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
+                                                                 21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+                                                                 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(kInterleave);
+  for (int c = 0; c < cols_pad; c += 2) {
+    for (int j = 0; j < nvec; ++j) {
+      const __m512 p0 = c < cols ? _mm512_loadu_ps(st + std::int64_t(c) * tq + j * 16) : _mm512_setzero_ps();
+      const __m512 p1 = c + 1 < cols ? _mm512_loadu_ps(st + std::int64_t(c + 1) * tq + j * 16) : _mm512_setzero_ps();
+      const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(p1, p0));  // p0 low half, p1 high
+      _mm512_storeu_si512(st + std::int64_t(c / 2) * tq + j * 16, _mm512_permutexvar_epi16(idx, both));
+    }
+  }
+}
+
+// Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols_pad, r < width.
+inline void amx_scores(const std::uint16_t* k, std::int64_t k_row_stride, const std::uint32_t* qb, int tq, int D,
+                       int cols_pad, int width, float* st) {
+  const std::int64_t kb = k_row_stride * 2, qbs = std::int64_t(tq) * 4, sts = std::int64_t(tq) * 4;
+  for (int c0 = 0; c0 < cols_pad; c0 += 32) {
+    const std::uint16_t* k0 = k + std::int64_t(c0) * k_row_stride;
+    const std::uint16_t* k1 = k0 + 16 * k_row_stride;
+    int r0 = 0;
+    for (; r0 + 32 <= width; r0 += 32) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int d0 = 0; d0 < D; d0 += 32) {
+        _tile_loadd(4, k0 + d0, kb);
+        _tile_loadd(5, k1 + d0, kb);
+        _tile_loadd(6, qb + std::int64_t(d0 / 2) * tq + r0, qbs);
+        _tile_loadd(7, qb + std::int64_t(d0 / 2) * tq + r0 + 16, qbs);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, st + std::int64_t(c0) * tq + r0, sts);
+      _tile_stored(1, st + std::int64_t(c0) * tq + r0 + 16, sts);
+      _tile_stored(2, st + std::int64_t(c0 + 16) * tq + r0, sts);
+      _tile_stored(3, st + std::int64_t(c0 + 16) * tq + r0 + 16, sts);
+    }
+    if (r0 < width) {  // a last block of 16 rows
+      _tile_zero(0);
+      _tile_zero(2);
+      for (int d0 = 0; d0 < D; d0 += 32) {
+        _tile_loadd(4, k0 + d0, kb);
+        _tile_loadd(5, k1 + d0, kb);
+        _tile_loadd(6, qb + std::int64_t(d0 / 2) * tq + r0, qbs);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(2, 5, 6);
+      }
+      _tile_stored(0, st + std::int64_t(c0) * tq + r0, sts);
+      _tile_stored(2, st + std::int64_t(c0 + 16) * tq + r0, sts);
+    }
+  }
+}
+
+// Oᵀ[d][r] += sum_c Vᵀ[d][c] Pᵀ[c][r] for d < D, r < width, c < cols_pad.
+inline void amx_accumulate(const std::uint32_t* vt, int ldvt, const std::uint32_t* pb, int tq, int D, int cols_pad,
+                           int width, float* ot) {
+  const std::int64_t vts = std::int64_t(ldvt) * 4, pbs = std::int64_t(tq) * 4, ots = std::int64_t(tq) * 4;
+  for (int d0 = 0; d0 < D; d0 += 32) {
+    float* o0 = ot + std::int64_t(d0) * tq;
+    float* o1 = o0 + 16 * std::int64_t(tq);
+    const std::uint32_t* v0 = vt + std::int64_t(d0) * ldvt;
+    const std::uint32_t* v1 = v0 + 16 * std::int64_t(ldvt);
+    int r0 = 0;
+    for (; r0 + 32 <= width; r0 += 32) {
+      _tile_loadd(0, o0 + r0, ots);
+      _tile_loadd(1, o0 + r0 + 16, ots);
+      _tile_loadd(2, o1 + r0, ots);
+      _tile_loadd(3, o1 + r0 + 16, ots);
+      for (int c0 = 0; c0 < cols_pad; c0 += 32) {
+        _tile_loadd(4, v0 + c0 / 2, vts);
+        _tile_loadd(5, v1 + c0 / 2, vts);
+        _tile_loadd(6, pb + std::int64_t(c0 / 2) * tq + r0, pbs);
+        _tile_loadd(7, pb + std::int64_t(c0 / 2) * tq + r0 + 16, pbs);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, o0 + r0, ots);
+      _tile_stored(1, o0 + r0 + 16, ots);
+      _tile_stored(2, o1 + r0, ots);
+      _tile_stored(3, o1 + r0 + 16, ots);
+    }
+    if (r0 < width) {
+      _tile_loadd(0, o0 + r0, ots);
+      _tile_loadd(2, o1 + r0, ots);
+      for (int c0 = 0; c0 < cols_pad; c0 += 32) {
+        _tile_loadd(4, v0 + c0 / 2, vts);
+        _tile_loadd(5, v1 + c0 / 2, vts);
+        _tile_loadd(6, pb + std::int64_t(c0 / 2) * tq + r0, pbs);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(2, 5, 6);
+      }
+      _tile_stored(0, o0 + r0, ots);
+      _tile_stored(2, o1 + r0, ots);
+    }
+  }
+}
+
+// Oᵀ[d][r] *= alpha[r]; skipped when every row's max stood still (alpha 1),
+// which is most tiles once the running max has settled.
+inline void rescale_output(const Workspace& w, int D, int nvec, int tq) {
+  __mmask16 moved = 0;
+  for (int j = 0; j < nvec; ++j) moved |= _mm512_cmp_ps_mask(_mm512_loadu_ps(w.alpha + j * 16), _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
+  if (!moved) return;
+  for (int d = 0; d < D; ++d) {
+    float* row = w.ot + std::int64_t(d) * tq;
+    for (int j = 0; j < nvec; ++j) {
+      _mm512_storeu_ps(row + j * 16, _mm512_mul_ps(_mm512_loadu_ps(row + j * 16), _mm512_loadu_ps(w.alpha + j * 16)));
+    }
+  }
+}
+
+template <bool kPrefetch>
+void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+  const int D = static_cast<int>(job.head_dim), tq = job.tile_q, tkv = job.tile_kv;
+  const int rows = it.rows, nvec = it.nvec, width = nvec * 16;
+  const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
+  const auto* k16 = reinterpret_cast<const std::uint16_t*>(it.kbase);
+  const auto* v16 = reinterpret_cast<const std::uint16_t*>(it.vbase);
+  auto* qb = reinterpret_cast<std::uint32_t*>(w.qt);     // [D / 2][tq] pairs (fits Qᵀ's fp32 space)
+  auto* kpad = reinterpret_cast<std::uint16_t*>(w.kbuf);  // a last, partial K tile, zero-padded
+  auto* vt = reinterpret_cast<std::uint32_t*>(w.vbuf);    // [D][tkv / 2] pairs
+  pack_q_pairs(it.qbase, job.q_strides[2], rows, width, D, qb, tq);
+  init_tile_state(job, w, it);
+  amx_load_config();
+  for (std::int64_t j0 = it.kv_begin; j0 < it.kv_end; j0 += tkv) {
+    const int cols = static_cast<int>(it.kv_end - j0 < tkv ? it.kv_end - j0 : tkv);
+    const int cols_pad = (cols + 31) & ~31;
+    if constexpr (kPrefetch) {
+      const std::int64_t j1 = j0 + tkv;
+      if (j1 < it.kv_end) {
+        const int next = static_cast<int>(it.kv_end - j1 < tkv ? it.kv_end - j1 : tkv);
+        prefetch_rows(it.kbase + j1 * ks * 2, ks * 2, next, D * 2);
+        prefetch_rows(it.vbase + j1 * vs * 2, vs * 2, next, D * 2);
+      }
+    }
+    const std::uint16_t* ktile = k16 + j0 * ks;
+    std::int64_t k_stride = ks;
+    if (cols != cols_pad) {  // rows past the tile's end may lie past the tensor's
+      for (int c = 0; c < cols_pad; ++c) {
+        if (c < cols) std::memcpy(kpad + std::int64_t(c) * D, ktile + c * ks, 2 * std::size_t(D));
+        else std::memset(kpad + std::int64_t(c) * D, 0, 2 * std::size_t(D));
+      }
+      ktile = kpad;
+      k_stride = D;
+    }
+    amx_scores(ktile, k_stride, qb, tq, D, cols_pad, width, w.st);
+    pack_v_transposed(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2);
+
+    if (has_score_modifiers(job)) {  // modifiers work in scaled (log2) units
+      const __m512 scale = _mm512_set1_ps(job.scale_log2);
+      for (int c = 0; c < cols; ++c) {
+        float* srow = w.st + std::int64_t(c) * tq;
+        for (int j = 0; j < nvec; ++j) _mm512_storeu_ps(srow + j * 16, _mm512_mul_ps(_mm512_loadu_ps(srow + j * 16), scale));
+      }
+      modify_scores(job, it.h, it.i0, rows, j0, cols, w.st, tq, 1);
+      mask_tile(job, it.i0, rows, j0, cols, w.st, tq);
+      online_softmax_tile(w, cols, nvec, tq);
+    } else {
+      mask_tile(job, it.i0, rows, j0, cols, w.st, tq);
+      online_softmax_tile<true>(w, cols, nvec, tq, job.scale_log2);
+    }
+    if (job.dropout.active) drop_tile(job, it.bh, it.i0, rows, j0, cols, w.st, tq);
+
+    rescale_output(w, D, nvec, tq);
+    pack_p_pairs(w.st, cols, cols_pad, nvec, tq);
+    amx_accumulate(vt, tkv / 2, reinterpret_cast<const std::uint32_t*>(w.st), tq, D, cols_pad, width, w.ot);
+  }
+  _tile_release();
+  write_tile_outputs<DType::kBF16>(job, w, it);
+}
+
+// TDPBF16PS throughput of this thread's tile unit, GFLOP/s: four independent
+// accumulators, as the products above keep.
+[[gnu::noinline]] inline double amx_peak_one_thread(double seconds) {
+  alignas(64) std::uint16_t ones[16 * 32];
+  for (std::uint16_t& x : ones) x = 0x3f80;  // bf16 1.0
+  amx_load_config();
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, ones, 64);
+  _tile_loadd(5, ones, 64);
+  _tile_loadd(6, ones, 64);
+  _tile_loadd(7, ones, 64);
+  constexpr long kInner = 1024;
+  long iterations = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  double elapsed = 0.0;
+  do {
+    for (long k = 0; k < kInner; ++k) {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    iterations += kInner;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    elapsed = double(t1.tv_sec - t0.tv_sec) + 1e-9 * double(t1.tv_nsec - t0.tv_nsec);
+  } while (elapsed < seconds);
+  _tile_release();
+  return 4.0 * 2.0 * 16 * 16 * 32 * double(iterations) / elapsed / 1e9;
+}
+
+}  // namespace fa::FA_KERNEL_NS
