@@ -12,13 +12,20 @@ struct StageConfig {
   double seconds;      // time budget per measurement
 };
 
+struct Stage {
+  const char* name;
+  double ns;     // per K/V tile, one thread, data in cache
+  double flops;  // matrix-product FLOPs of the stage (0 for the others)
+};
+
 struct StageReport {
-  // Nanoseconds per K/V tile, one thread, data in cache.
-  double qk_ns, softmax_ns, pv_ns, convert_ns;
+  Stage stages[8];
+  int count;
   // Nanoseconds per work item beyond its tiles: Q load and transpose,
   // accumulator set-up, epilogue (normalize, transpose back, store).
   double item_overhead_ns;
   double peak_gflops_one_thread;
+  const char* peak_unit;  // the probe behind the peak: "FMA" or "AMX"
 };
 
 }  // namespace fa::bench

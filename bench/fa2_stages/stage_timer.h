@@ -1,6 +1,7 @@
 // Times the stages of the FA2 tile loop of one instruction-set path on one
 // thread, each on its own in a loop over the same tile (Q·Kᵀ, softmax, P·V,
-// K/V conversion; the softmax's cost does not depend on the values it sees),
+// K/V conversion; on the amx path for bf16 also the packing into the tile
+// unit's pair layout; the softmax's cost does not depend on the values it sees),
 // then a whole work item (run_item) against the sum of its tiles.  The code timed is the
 // kernel's own (fa2_tile_loop.h), not a copy.  Included by stages_<isa>.cpp
 // after the path's vec header and the loop header.
@@ -64,13 +65,54 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
     load_tile<DT>(v.data(), D, tkv, D, w.vbuf);
   };
   bench::StageReport r{};
-  qk();  // Sᵀ holds real scores before the softmax is timed
-  r.qk_ns = ns_per_call(qk, cfg.seconds);
-  r.softmax_ns = ns_per_call(sm, cfg.seconds);
-  reset_state();
-  r.pv_ns = ns_per_call(pv, cfg.seconds);
-  r.convert_ns = DT == DType::kF32 ? 0.0 : ns_per_call(cv, cfg.seconds);  // fp32 K/V are read in place
-  const double t4 = r.qk_ns + r.softmax_ns + r.pv_ns + r.convert_ns;
+  const double flops = 2.0 * tq * tkv * D;
+  auto add = [&r](const char* name, double ns, double stage_flops) { r.stages[r.count++] = {name, ns, stage_flops}; };
+  r.peak_unit = "FMA";
+#if defined(FA_HAVE_AMX)
+  if constexpr (DT == DType::kBF16) {
+    // The amx tile path's stages (amx_tile_path.h), on the same buffers.
+    auto* qb = reinterpret_cast<std::uint32_t*>(w.qt);
+    auto* vt = reinterpret_cast<std::uint32_t*>(w.vbuf);
+    const auto* k16 = reinterpret_cast<const std::uint16_t*>(k.data());
+    const auto* v16 = reinterpret_cast<const std::uint16_t*>(v.data());
+    pack_q_pairs(q.data(), D, tq, tq, D, qb, tq);
+    amx_load_config();
+    auto scores = [&] { amx_scores(k16, D, qb, tq, D, tkv, tq, w.st); };
+    auto vpack = [&] { pack_v_transposed(v16, D, tkv, tkv, D, vt, tkv / 2); };
+    auto softmax = [&] { online_softmax_tile<true>(w, tkv, nvec, tq, 0.18f); };
+    auto rescale = [&] { rescale_output(w, D, nvec, tq); };
+    auto ppack = [&] { pack_p_pairs(w.st, tkv, tkv, nvec, tq); };
+    auto accumulate = [&] { amx_accumulate(vt, tkv / 2, reinterpret_cast<const std::uint32_t*>(w.st), tq, D, tkv, tq, w.ot); };
+    scores();
+    vpack();
+    add("Q*K^T (AMX tiles)", ns_per_call(scores, cfg.seconds), flops);
+    add("V transpose to pairs", ns_per_call(vpack, cfg.seconds), 0);
+    add("softmax (exp2, max, sum)", ns_per_call(softmax, cfg.seconds), 0);
+    for (int i = 0; i < tq; ++i) w.alpha[i] = 0.5f;  // rescale timed as when the max moved
+    add("O rescale (when max moved)", ns_per_call(rescale, cfg.seconds), 0);
+    add("P to bf16 pairs", ns_per_call(ppack, cfg.seconds), 0);  // in place: re-packs its own output, same work
+    add("P*V (AMX tiles)", ns_per_call(accumulate, cfg.seconds), flops);
+    _tile_release();
+    r.peak_unit = "AMX";
+  } else
+#endif
+  {
+    [[maybe_unused]] auto qk = [&] { gemm<false>(w.kbuf, D, 1, tkv, D, w.qt, tq, nvec, w.st, tq, nullptr); };
+    [[maybe_unused]] auto sm = [&] { online_softmax_tile(w, tkv, nvec, tq); };
+    [[maybe_unused]] auto pv = [&] { gemm<true>(w.vbuf, 1, D, D, tkv, w.st, tq, nvec, w.ot, tq, w.alpha); };
+    [[maybe_unused]] auto cv = [&] {
+      load_tile<DT>(k.data(), D, tkv, D, w.kbuf);
+      load_tile<DT>(v.data(), D, tkv, D, w.vbuf);
+    };
+    qk();  // Sᵀ holds real scores before the softmax is timed
+    add("Q*K^T (microkernel)", ns_per_call(qk, cfg.seconds), flops);
+    add("softmax (exp2, max, sum)", ns_per_call(sm, cfg.seconds), 0);
+    reset_state();
+    add("P*V (microkernel)", ns_per_call(pv, cfg.seconds), flops);
+    if (DT != DType::kF32) add("K/V conversion", ns_per_call(cv, cfg.seconds), 0);  // fp32 K/V are read in place
+  }
+  double t4 = 0;
+  for (int i = 0; i < r.count; ++i) t4 += r.stages[i].ns;
 
   detail::Fa2Job job{};
   job.q = q.data();
@@ -96,7 +138,14 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   job.split_keys = seq_kv;
   const double item = ns_per_call([&] { run_item<DT, false>(job, 0, w); }, cfg.seconds);
   r.item_overhead_ns = item - cfg.tiles_per_item * t4;
-  r.peak_gflops_one_thread = fma_peak_one_thread(cfg.seconds);
+#if defined(FA_HAVE_AMX)
+  if constexpr (DT == DType::kBF16) {
+    r.peak_gflops_one_thread = amx_peak_one_thread(cfg.seconds);
+  } else
+#endif
+  {
+    r.peak_gflops_one_thread = fma_peak_one_thread(cfg.seconds);
+  }
   return r;
 }
 
