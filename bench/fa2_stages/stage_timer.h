@@ -69,7 +69,8 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   auto add = [&r](const char* name, double ns, double stage_flops) { r.stages[r.count++] = {name, ns, stage_flops}; };
   r.peak_unit = "FMA";
 #if defined(FA_HAVE_AMX)
-  if constexpr (DT == DType::kBF16) {
+  const bool on_tiles = DT == DType::kBF16 && D % 32 == 0 && tkv % 32 == 0;  // as amx_tile_path_fits
+  if (on_tiles) {
     // The amx tile path's stages (amx_tile_path.h), on the same buffers.
     auto* qb = reinterpret_cast<std::uint32_t*>(w.qt);
     auto* vt = reinterpret_cast<std::uint32_t*>(w.vbuf);
@@ -139,7 +140,7 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   const double item = ns_per_call([&] { run_item<DT, false>(job, 0, w); }, cfg.seconds);
   r.item_overhead_ns = item - cfg.tiles_per_item * t4;
 #if defined(FA_HAVE_AMX)
-  if constexpr (DT == DType::kBF16) {
+  if (on_tiles) {
     r.peak_gflops_one_thread = amx_peak_one_thread(cfg.seconds);
   } else
 #endif
