@@ -57,13 +57,6 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   reset_state();
   for (int i = 0; i < D * tq; ++i) w.ot[i] = 0.0f;
 
-  auto qk = [&] { gemm<false>(w.kbuf, D, 1, tkv, D, w.qt, tq, nvec, w.st, tq, nullptr); };
-  auto sm = [&] { online_softmax_tile(w, tkv, nvec, tq); };
-  auto pv = [&] { gemm<true>(w.vbuf, 1, D, D, tkv, w.st, tq, nvec, w.ot, tq, w.alpha); };
-  auto cv = [&] {
-    load_tile<DT>(k.data(), D, tkv, D, w.kbuf);
-    load_tile<DT>(v.data(), D, tkv, D, w.vbuf);
-  };
   bench::StageReport r{};
   const double flops = 2.0 * tq * tkv * D;
   auto add = [&r](const char* name, double ns, double stage_flops) { r.stages[r.count++] = {name, ns, stage_flops}; };
