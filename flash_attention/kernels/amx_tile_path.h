@@ -271,20 +271,7 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
     amx_scores(ktile, k_stride, qb, tq, D, cols_pad, width, w.st);
     pack_v_transposed(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2);
 
-    if (has_score_modifiers(job)) {  // modifiers work in scaled (log2) units
-      const __m512 scale = _mm512_set1_ps(job.scale_log2);
-      for (int c = 0; c < cols; ++c) {
-        float* srow = w.st + std::int64_t(c) * tq;
-        for (int j = 0; j < nvec; ++j) _mm512_storeu_ps(srow + j * 16, _mm512_mul_ps(_mm512_loadu_ps(srow + j * 16), scale));
-      }
-      modify_scores(job, it.h, it.i0, rows, j0, cols, w.st, tq, 1);
-      mask_tile(job, it.i0, rows, j0, cols, w.st, tq);
-      online_softmax_tile(w, cols, nvec, tq);
-    } else {
-      mask_tile(job, it.i0, rows, j0, cols, w.st, tq);
-      online_softmax_tile<true>(w, cols, nvec, tq, job.scale_log2);
-    }
-    if (job.dropout.active) drop_tile(job, it.bh, it.i0, rows, j0, cols, w.st, tq);
+    softmax_raw_tile(job, w, it, j0, cols);
 
     rescale_output(w, D, nvec, tq);
     pack_p_pairs(w.st, cols, cols_pad, nvec, tq);

@@ -36,7 +36,7 @@ inline std::size_t pad16(std::size_t n) { return (n + 15) & ~std::size_t{15}; }
 
 // Per-thread scratch, in floats.
 struct Workspace {
-  float* qt;     // [D][tile_q]      Qᵀ, scaled by scale * log2(e)
+  float* qt;     // [D][tile_q]      Qᵀ as given (the scale is applied to the scores)
   float* kbuf;   // [tile_kv][D]     K tile as fp32 (fp16/bf16 inputs)
   float* vbuf;   // [tile_kv][D]     V tile as fp32
   float* st;     // [tile_kv][tile_q] Sᵀ, then Pᵀ
@@ -312,6 +312,11 @@ inline void modify_scores(const Fa2Job& job, std::int64_t h, std::int64_t i0, in
   }
 }
 
+// What a row's output is divided by: its softmax sum, or +inf for a row that
+// attended nothing (its accumulator is 0, so it outputs zeros).  A division,
+// not a multiplication by the reciprocal: one rounding instead of two.
+inline float row_denominator(float l) { return l > 0.0f ? l : __builtin_inff(); }
+
 using detail::kRowPathMaxRows;
 
 // s[c] = exp2(s[c] - sub) for c < n; returns the sum.
@@ -416,11 +421,11 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
   const int total_rows = rows * job.pack_group;
   auto head_of = [&](int rr) { return h + rr / rows; };
   auto query_of = [&](int rr) { return i0 + rr % rows; };
-  float* q = w.qt;  // [total_rows][D], scaled by scale * log2(e)
+  float* q = w.qt;  // [total_rows][D]; each score is scaled once, after its dot product
   float* o = w.ot;  // [total_rows][D] unnormalized output
   for (int rr = 0; rr < total_rows; ++rr) {
     const char* qrow = qbase + ((head_of(rr) - h) * job.q_strides[1] + (rr % rows) * job.q_strides[2]) * es;
-    for (int d = 0; d < D; ++d) q[rr * D + d] = load_scalar<DT>(qrow, d) * job.scale_log2;
+    for (int d = 0; d < D; ++d) q[rr * D + d] = load_scalar<DT>(qrow, d);
     for (int d = 0; d < D; ++d) o[rr * D + d] = 0.0f;
     w.m[rr] = initial_row_max(job, head_of(rr), split);
     w.l[rr] = initial_row_sum(job, split);
@@ -442,11 +447,11 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
       const float* qr = q + rr * D;
 #if defined(FA_HAVE_SIMD_CONVERT)
       if constexpr (kFused) {
-        for (int c = 0; c < cols; ++c) srow[c] = dot<DT>(qr, k16 + c * job.k_strides[2], D);
+        for (int c = 0; c < cols; ++c) srow[c] = dot<DT>(qr, k16 + c * job.k_strides[2], D) * job.scale_log2;
       } else
 #endif
       {
-        for (int c = 0; c < cols; ++c) srow[c] = dot<DType::kF32>(qr, kv.k + c * kv.ldk, D);
+        for (int c = 0; c < cols; ++c) srow[c] = dot<DType::kF32>(qr, kv.k + c * kv.ldk, D) * job.scale_log2;
       }
       if (has_score_modifiers(job)) modify_scores(job, head, i, 1, j0, cols, srow, 1, 0);
       if (job.window.active) mask_window(job, i, j0, cols, srow, 1);
@@ -483,16 +488,16 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
   const std::int64_t BH = job.batch * job.heads;
   for (int rr = 0; rr < total_rows; ++rr) {
     const std::int64_t i = query_of(rr), head = head_of(rr), bh = b * job.heads + head;
-    const float inv = w.l[rr] > 0.0f ? 1.0f / w.l[rr] : 0.0f;
+    const float den = row_denominator(w.l[rr]);
     const float lse = w.l[rr] > 0.0f ? w.m[rr] * kLn2 + std::log(w.l[rr]) : kNegInf;
     if (job.num_splits > 1) {
       float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i) * D;
-      for (int d = 0; d < D; ++d) po[d] = o[rr * D + d] * inv;
+      for (int d = 0; d < D; ++d) po[d] = o[rr * D + d] / den;
       job.partial_lse[(split * BH + bh) * job.seq_q + i] = lse;
       continue;
     }
     char* orow = static_cast<char*>(job.o) + (b * job.o_strides[0] + head * job.o_strides[1] + i * job.o_strides[2]) * es;
-    for (int d = 0; d < D; ++d) store_scalar<DT>(orow, d, o[rr * D + d] * inv);
+    for (int d = 0; d < D; ++d) store_scalar<DT>(orow, d, o[rr * D + d] / den);
     if (job.lse) job.lse[b * job.lse_strides[0] + head * job.lse_strides[1] + i] = lse;
   }
 }
@@ -514,14 +519,14 @@ inline void write_tile_outputs(const Fa2Job& job, const Workspace& w, const Tile
   const std::int64_t BH = job.batch * job.heads, bh = b * job.heads + h;
   const std::size_t es = dtype_size(DT);
   if (job.num_splits > 1) {  // a chunk's normalized fp32 partial, combined later
-    for (int r = 0; r < rows; ++r) w.alpha[r] = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f;
+    for (int r = 0; r < rows; ++r) w.alpha[r] = row_denominator(w.l[r]);
     float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i0) * D;
     for (int r0 = 0; r0 < rows; r0 += 16) {
       const int r1 = r0 + 16 < rows ? r0 + 16 : rows;
       for (int d0 = 0; d0 < D; d0 += 16) {
         const int d1 = d0 + 16 < D ? d0 + 16 : D;
         for (int r = r0; r < r1; ++r) {
-          for (int d = d0; d < d1; ++d) po[std::int64_t(r) * D + d] = w.ot[std::int64_t(d) * tq + r] * w.alpha[r];
+          for (int d = d0; d < d1; ++d) po[std::int64_t(r) * D + d] = w.ot[std::int64_t(d) * tq + r] / w.alpha[r];
         }
       }
     }
@@ -530,14 +535,14 @@ inline void write_tile_outputs(const Fa2Job& job, const Workspace& w, const Tile
     return;
   }
   char* obase = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + i0 * job.o_strides[2]) * es;
-  for (int r = 0; r < rows; ++r) w.alpha[r] = w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f;  // alpha is free now
+  for (int r = 0; r < rows; ++r) w.alpha[r] = row_denominator(w.l[r]);  // alpha is free now
   for (int r0 = 0; r0 < rows; r0 += 16) {
     const int r1 = r0 + 16 < rows ? r0 + 16 : rows;
     for (int d0 = 0; d0 < D; d0 += 16) {
       const int d1 = d0 + 16 < D ? d0 + 16 : D;
       for (int r = r0; r < r1; ++r) {
         const std::int64_t row = r * job.o_strides[2];
-        for (int d = d0; d < d1; ++d) store_scalar<DT>(obase, row + d, w.ot[std::int64_t(d) * tq + r] * w.alpha[r]);
+        for (int d = d0; d < d1; ++d) store_scalar<DT>(obase, row + d, w.ot[std::int64_t(d) * tq + r] / w.alpha[r]);
       }
     }
   }
@@ -586,20 +591,43 @@ inline void init_tile_state(const Fa2Job& job, const Workspace& w, const TileIte
 
 }
 
+// Score modifiers, masks, the online softmax and dropout on a tile of raw
+// scores (Q is not pre-scaled: one rounding per score instead of one per Q
+// element and product term).  Modifiers work in scaled log2 units, so with
+// any of them the tile is scaled first; otherwise the softmax folds the
+// scale into its exp2 argument.
+inline void softmax_raw_tile(const Fa2Job& job, const Workspace& w, const TileItem& it, std::int64_t j0, int cols) {
+  const int tq = job.tile_q;
+  if (has_score_modifiers(job)) {
+    const typename Vec::T scale = Vec::set1(job.scale_log2);
+    for (int c = 0; c < cols; ++c) {
+      float* srow = w.st + std::int64_t(c) * tq;
+      for (int j = 0; j < it.nvec; ++j) Vec::store(srow + j * Vec::W, Vec::mul(Vec::load(srow + j * Vec::W), scale));
+    }
+    modify_scores(job, it.h, it.i0, it.rows, j0, cols, w.st, tq, 1);
+    mask_tile(job, it.i0, it.rows, j0, cols, w.st, tq);
+    online_softmax_tile(w, cols, it.nvec, tq);
+  } else {
+    mask_tile(job, it.i0, it.rows, j0, cols, w.st, tq);
+    online_softmax_tile<true>(w, cols, it.nvec, tq, job.scale_log2);
+  }
+  if (job.dropout.active) drop_tile(job, it.bh, it.i0, it.rows, j0, cols, w.st, tq);
+}
+
 template <DType DT, bool kPrefetch>
 void run_tile(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   constexpr int W = Vec::W;
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, tkv = job.tile_kv;
   const int rows = it.rows, nvec = it.nvec, width = nvec * W;
-  const std::int64_t h = it.h, bh = it.bh, i0 = it.i0, kv_end = it.kv_end;
+  const std::int64_t kv_end = it.kv_end;
   const char *qbase = it.qbase, *kbase = it.kbase, *vbase = it.vbase;
-  // Qᵀ, pre-scaled so the softmax can use exp2; unused row lanes are zero.
+  // Qᵀ as given (the softmax applies the scale); unused row lanes are zero.
   // Transposed in 16 x 16 blocks so every cache line written is filled.
   for (int r0 = 0; r0 < width; r0 += 16) {
     for (int d0 = 0; d0 < D; d0 += 16) {
       const int r1 = r0 + 16 < rows ? r0 + 16 : rows, d1 = d0 + 16 < D ? d0 + 16 : D;
       for (int r = r0; r < r1; ++r) {
-        for (int d = d0; d < d1; ++d) w.qt[std::int64_t(d) * tq + r] = load_scalar<DT>(qbase, r * job.q_strides[2] + d) * job.scale_log2;
+        for (int d = d0; d < d1; ++d) w.qt[std::int64_t(d) * tq + r] = load_scalar<DT>(qbase, r * job.q_strides[2] + d);
       }
       for (int r = r1 > r0 ? r1 : r0; r < r0 + 16 && r < width; ++r) {
         for (int d = d0; d < d1; ++d) w.qt[std::int64_t(d) * tq + r] = 0.0f;
@@ -614,10 +642,7 @@ void run_tile(const Fa2Job& job, const Workspace& w, const TileItem& it) {
 
     // Sᵀ[c][r] = K[c] · Qᵀ[:, r]
     gemm<false>(kv.k, kv.ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr);
-    if (has_score_modifiers(job)) modify_scores(job, h, i0, rows, j0, cols, w.st, tq, 1);
-    mask_tile(job, i0, rows, j0, cols, w.st, tq);
-    online_softmax_tile(w, cols, nvec, tq);
-    if (job.dropout.active) drop_tile(job, bh, i0, rows, j0, cols, w.st, tq);
+    softmax_raw_tile(job, w, it, j0, cols);
 
     // Oᵀ[d][r] = Oᵀ[d][r] * alpha[r] + sum_c V[c][d] * Pᵀ[c][r]
     gemm<true>(kv.v, 1, kv.ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha);
