@@ -71,8 +71,10 @@ set(FA_ISA_FLAGS_generic "")
 set(FA_ISA_FLAGS_avx2 -mavx2 -mfma -mf16c)
 # GCC 12 warns falsely about _mm512_undefined_* inside its own intrinsics headers.
 set(FA_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -Wno-maybe-uninitialized)
-# The AMX path: the AVX-512 loop plus AVX512_BF16 (fp32 -> bf16 pairs) and the tile unit.
-set(FA_ISA_FLAGS_amx ${FA_ISA_FLAGS_avx512} -mavx512bf16 -mamx-tile -mamx-bf16)
+# The AMX path: the AVX-512 loop plus AVX512_BF16 (fp32 -> bf16 pairs), the
+# tile unit, and AVX512-FP16 (the fp16 softmax of FA_MIXED_PRECISION_SOFTMAX=OFF);
+# every CPU with AMX has both.
+set(FA_ISA_FLAGS_amx ${FA_ISA_FLAGS_avx512} -mavx512bf16 -mavx512fp16 -mamx-tile -mamx-bf16)
 
 if(FA_SPLIT_ENABLE)
   message(STATUS "FA Split-KV: ON (calls split the keys when threads would idle; chunks >= ${FA_SPLIT_THRESHOLD} keys)")
@@ -80,8 +82,8 @@ else()
   message(STATUS "FA Split-KV: OFF (calls split only when asked: num_splits / --num-splits)")
 endif()
 if(NOT FA_MIXED_PRECISION_SOFTMAX)
-  message(STATUS "FA_MIXED_PRECISION_SOFTMAX=OFF: an fp16 softmax needs a kernel path with AVX512-FP16, which "
-                 "this build has none of; fp16 calls will be refused with that message (bf16 and fp32 run as usual)")
+  message(STATUS "FA_MIXED_PRECISION_SOFTMAX=OFF: fp16 calls run an fp16-arithmetic softmax on the amx path "
+                 "(AVX512-FP16) and are refused on the other paths; bf16 and fp32 keep the fp32 softmax")
 endif()
 
 # The guide's first trap, caught at configure time: tiles whose working set

@@ -128,10 +128,14 @@ const char* unit_name(fa::Isa isa, bool matrix) {
   return "?";
 }
 
-// The Kernel line: the path, and on the amx path which unit the products use.
-std::string kernel_name(fa::Isa isa, bool matrix) {
+// The Kernel line: the path, and on the amx path which units the products
+// and the softmax use.
+std::string kernel_name(fa::Isa isa, bool matrix, fa::DType dtype) {
   if (isa != fa::Isa::kAmx) return std::string(fa::isa_name(isa));
-  return matrix ? "amx-bf16" : "amx (its AVX-512 code: the tiles run bf16 with head_dim a multiple of 32)";
+  if (matrix) return "amx-bf16";
+  const bool half = dtype == fa::DType::kF16 && !fa::mixed_precision_softmax();
+  return std::string("amx (products on AVX-512 FMA: the tiles run bf16 with head_dim a multiple of 32") +
+         (half ? "; fp16 softmax on AVX512-FP16)" : ")");
 }
 
 Options read_options(const Args& a) {
@@ -592,7 +596,7 @@ int run(int argc, char** argv) {
                   (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(),
                   std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
                   p.mask ? "true" : "false", tq, tkv, plan.source.c_str(), plan.working_set_bytes, plan.limit_bytes,
-                  used_threads, 100.0 * plan.occupancy, plan.num_splits, kernel_name(isa, matrix).c_str());
+                  used_threads, 100.0 * plan.occupancy, plan.num_splits, kernel_name(isa, matrix, o.dtype).c_str());
     std::cout << line;
     std::snprintf(line, sizeof line,
                   "\"latency_ms\": %.6f, \"latency_min_ms\": %.6f, \"latency_max_ms\": %.6f, \"runs\": %d, "
@@ -631,7 +635,7 @@ int run(int argc, char** argv) {
                     static_cast<long long>(plan.split_keys));
       std::cout << line;
     }
-    std::cout << "Kernel: " << kernel_name(isa, matrix) << "\n";
+    std::cout << "Kernel: " << kernel_name(isa, matrix, o.dtype) << "\n";
     std::snprintf(line, sizeof line, "Latency: %.4f ms (min %.4f, max %.4f over %d runs)\n", median,
                   sorted.front(), sorted.back(), o.num_runs);
     std::cout << line;

@@ -1,6 +1,7 @@
 // Stage timer for the amx path (compiled with that path's flags).
 #define FA_KERNEL_NS isa_amx
 #define FA_HAVE_AMX 1
+#define FA_HAVE_AVX512FP16 1
 #include "../../flash_attention/kernels/vec_avx512.h"
 #include "../../flash_attention/kernels/fa2_tile_loop.h"
 #include "stage_timer.h"

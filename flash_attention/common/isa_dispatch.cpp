@@ -67,7 +67,7 @@ const char* requirement(Isa isa) {
     case Isa::kGeneric: return "x86-64";
     case Isa::kAvx2: return "avx2+fma+f16c";
     case Isa::kAvx512: return "avx512f+avx512bw+avx512vl+avx512dq";
-    case Isa::kAmx: return "amx-bf16";
+    case Isa::kAmx: return "amx-tile+amx-bf16+avx512-bf16+avx512-fp16";
   }
   return "?";
 }

@@ -92,6 +92,7 @@ int default_thread_count() {
 
 int default_tile_q() { return detail::kDefaultTileQ; }
 int default_tile_kv() { return detail::kDefaultTileKv; }
+bool mixed_precision_softmax() { return detail::kMixedPrecisionSoftmax; }
 
 namespace detail {
 

@@ -30,8 +30,8 @@ inline constexpr bool kAsyncPrefetch = FA_ENABLE_ASYNC != 0;
 inline constexpr bool kSplitByDefault = FA_SPLIT_ENABLE != 0;
 inline constexpr int kSplitThreshold = FA_SPLIT_THRESHOLD;
 // FA_MIXED_PRECISION_SOFTMAX=OFF asks for an fp16-arithmetic softmax on fp16
-// inputs; no kernel path has one yet (it needs AVX512-FP16), so such calls
-// are refused rather than silently run in fp32.
+// inputs: the amx path has one (AVX512-FP16, kernels/half_softmax.h); the
+// other paths refuse such calls rather than silently run them in fp32.
 inline constexpr bool kMixedPrecisionSoftmax = FA_MIXED_PRECISION_SOFTMAX != 0;
 
 // -1 (kTileAuto) leaves the choice to the planner.

@@ -115,9 +115,9 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   if (Status s = validate(p, t); !s.ok()) return s;
   Isa isa;
   if (Status s = fa2_select_isa(p, &isa); !s.ok()) return s;
-  if (!detail::kMixedPrecisionSoftmax && t.q.dtype == DType::kF16) {
+  if (!detail::kMixedPrecisionSoftmax && t.q.dtype == DType::kF16 && isa != Isa::kAmx) {
     return Status::Unsupported("FA_MIXED_PRECISION_SOFTMAX=OFF: the fp16 softmax needs a kernel path with "
-                               "AVX512-FP16, and the " + std::string(isa_name(isa)) +
+                               "AVX512-FP16 (amx), and the " + std::string(isa_name(isa)) +
                                " path has none (rebuild with FA_MIXED_PRECISION_SOFTMAX=ON for an fp32 softmax)");
   }
   const detail::KernelTable* table = detail::kernel_table(isa);

@@ -271,7 +271,7 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
     amx_scores(ktile, k_stride, qb, tq, D, cols_pad, width, w.st);
     pack_v_transposed(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2);
 
-    softmax_raw_tile(job, w, it, j0, cols);
+    softmax_raw_tile<DType::kBF16>(job, w, it, j0, cols);
 
     rescale_output(w, D, nvec, tq);
     pack_p_pairs(w.st, cols, cols_pad, nvec, tq);

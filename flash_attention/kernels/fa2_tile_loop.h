@@ -342,6 +342,26 @@ inline float exp2_row(float* s, int n, float sub) {
   return sum;
 }
 
+}  // namespace fa::FA_KERNEL_NS
+
+// The fp16-arithmetic softmax of FA_MIXED_PRECISION_SOFTMAX=OFF (amx path).
+#if defined(FA_HAVE_AVX512FP16)
+#include "half_softmax.h"
+#endif
+
+namespace fa::FA_KERNEL_NS {
+
+// Whether fp16 inputs get the fp16-arithmetic softmax: only with
+// FA_MIXED_PRECISION_SOFTMAX=OFF, on a path built with AVX512-FP16 (the
+// dispatcher refuses fp16 calls of an OFF build on the other paths).
+#if defined(FA_HAVE_AVX512FP16) && defined(FA_MIXED_PRECISION_SOFTMAX) && !FA_MIXED_PRECISION_SOFTMAX
+template <DType DT>
+inline constexpr bool kHalfSoftmax = DT == DType::kF16;
+#else
+template <DType DT>
+inline constexpr bool kHalfSoftmax = false;
+#endif
+
 // K and V elements of the row path: fp32 rows, or 16-bit rows widened in
 // registers (the avx2 and avx512 paths, which have F16C) — decoding reads
 // each K/V element once, so a separate widening pass into a buffer would
@@ -466,7 +486,11 @@ void run_rows(const Fa2Job& job, const Workspace& w, int rows, std::int64_t i0, 
       const float m_old = w.m[rr];
       const float m_new = block_max > m_old ? block_max : m_old;
       const float m_sub = m_new == kNegInf ? 0.0f : m_new;  // as in online_softmax_tile
-      const float sum = exp2_row(srow, cols, m_sub);
+      float sum;
+#if defined(FA_HAVE_AVX512FP16)
+      if constexpr (kHalfSoftmax<DT>) sum = exp2_row_half(srow, cols, m_sub); else
+#endif
+      sum = exp2_row(srow, cols, m_sub);
       float alpha = m_old - m_sub;
       exp2_row(&alpha, 1, 0.0f);
       w.l[rr] = w.l[rr] * alpha + sum;
@@ -591,11 +615,25 @@ inline void init_tile_state(const Fa2Job& job, const Workspace& w, const TileIte
 
 }
 
+// The online softmax of a tile of scores times `scale`: in fp32, or in fp16
+// arithmetic where kHalfSoftmax says so.
+template <DType DT>
+inline void scaled_softmax_tile(const Workspace& w, int cols, int nvec, int tq, float scale) {
+#if defined(FA_HAVE_AVX512FP16)
+  if constexpr (kHalfSoftmax<DT>) {
+    online_softmax_tile_half(w, cols, nvec, tq, scale);
+    return;
+  }
+#endif
+  online_softmax_tile<true>(w, cols, nvec, tq, scale);
+}
+
 // Score modifiers, masks, the online softmax and dropout on a tile of raw
 // scores (Q is not pre-scaled: one rounding per score instead of one per Q
 // element and product term).  Modifiers work in scaled log2 units, so with
 // any of them the tile is scaled first; otherwise the softmax folds the
 // scale into its exp2 argument.
+template <DType DT>
 inline void softmax_raw_tile(const Fa2Job& job, const Workspace& w, const TileItem& it, std::int64_t j0, int cols) {
   const int tq = job.tile_q;
   if (has_score_modifiers(job)) {
@@ -606,10 +644,10 @@ inline void softmax_raw_tile(const Fa2Job& job, const Workspace& w, const TileIt
     }
     modify_scores(job, it.h, it.i0, it.rows, j0, cols, w.st, tq, 1);
     mask_tile(job, it.i0, it.rows, j0, cols, w.st, tq);
-    online_softmax_tile(w, cols, it.nvec, tq);
+    scaled_softmax_tile<DT>(w, cols, it.nvec, tq, 1.0f);
   } else {
     mask_tile(job, it.i0, it.rows, j0, cols, w.st, tq);
-    online_softmax_tile<true>(w, cols, it.nvec, tq, job.scale_log2);
+    scaled_softmax_tile<DT>(w, cols, it.nvec, tq, job.scale_log2);
   }
   if (job.dropout.active) drop_tile(job, it.bh, it.i0, it.rows, j0, cols, w.st, tq);
 }
@@ -642,7 +680,7 @@ void run_tile(const Fa2Job& job, const Workspace& w, const TileItem& it) {
 
     // Sᵀ[c][r] = K[c] · Qᵀ[:, r]
     gemm<false>(kv.k, kv.ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr);
-    softmax_raw_tile(job, w, it, j0, cols);
+    softmax_raw_tile<DT>(job, w, it, j0, cols);
 
     // Oᵀ[d][r] = Oᵀ[d][r] * alpha[r] + sum_c V[c][d] * Pᵀ[c][r]
     gemm<true>(kv.v, 1, kv.ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha);

@@ -51,6 +51,10 @@ struct CaseResult {
 // Relative L2 bound per dtype: 1e-5 fp32, 2e-3 fp16, 1e-2 bf16.
 double rel_l2_bound(DType dtype);
 inline constexpr double kLseBound = 1e-4;
+// The LSE bound of a call: kLseBound, or 1e-3 for fp16 in a build with
+// FA_MIXED_PRECISION_SOFTMAX=OFF, whose probabilities are fp16 (a relative
+// error of up to half an fp16 ulp, 4.9e-4, in each term of the row sum).
+double lse_bound(DType dtype);
 
 std::string describe(const CaseSpec& spec);
 

@@ -97,7 +97,7 @@ void expect_matches_reference(CaseSpec c, fa::Isa isa) {
   ASSERT_TRUE(r.status.ok()) << r.status.message();
   EXPECT_EQ(r.nonfinite, 0) << fa::cli::describe(c);
   EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(c.dtype)) << fa::cli::describe(c);
-  EXPECT_LE(r.lse_max_error, fa::cli::kLseBound) << fa::cli::describe(c);
+  EXPECT_LE(r.lse_max_error, fa::cli::lse_bound(c.dtype)) << fa::cli::describe(c);
 }
 
 TEST_P(RandomShapes, MatchesFloat64Reference) {
@@ -281,7 +281,7 @@ TEST_P(EdgeCases, SplitMatchesUnsplitForEveryMaskMode) {
       ASSERT_TRUE(r.status.ok()) << r.status.message();
       EXPECT_EQ(r.nonfinite, 0);
       EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(dtype())) << fa::cli::describe(c);
-      EXPECT_LE(r.lse_max_error, fa::cli::kLseBound) << fa::cli::describe(c);
+      EXPECT_LE(r.lse_max_error, fa::cli::lse_bound(c.dtype)) << fa::cli::describe(c);
     }
   }
 }

@@ -4,6 +4,7 @@
 // compiled here.  Flags set per file in flash_attention/CMakeLists.txt.
 #define FA_KERNEL_NS isa_amx
 #define FA_HAVE_AMX 1
+#define FA_HAVE_AVX512FP16 1
 #include "../vec_avx512.h"
 #include "../fa2_tile_loop.h"
 #include "../../common/tile_config.h"
