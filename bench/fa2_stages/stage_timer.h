@@ -33,7 +33,11 @@ double ns_per_call(Fn&& fn, double seconds) {
 template <DType DT>
 bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   const int D = cfg.head_dim, tq = cfg.tile_q, tkv = cfg.tile_kv, nvec = tq / Vec::W;
+#if defined(FA_HAVE_AMX)
+  std::vector<float> scratch(amx_workspace_floats(tq, tkv, D) + 16);
+#else
   std::vector<float> scratch(Workspace::floats(tq, tkv, D) + 16);
+#endif
   const Workspace w = Workspace::carve(scratch.data(), tq, tkv, D);
   const std::int64_t seq_kv = std::int64_t(tkv) * cfg.tiles_per_item;
   const std::size_t es = dtype_size(DT);
@@ -69,22 +73,21 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
     auto* vt = reinterpret_cast<std::uint32_t*>(w.vbuf);
     const auto* k16 = reinterpret_cast<const std::uint16_t*>(k.data());
     const auto* v16 = reinterpret_cast<const std::uint16_t*>(v.data());
-    pack_q_pairs(q.data(), D, tq, tq, D, qb, tq);
+    pack_q_pairs(q.data(), D, tq, tq, D, qb);
     amx_load_config();
     auto scores = [&] { amx_scores(k16, D, qb, tq, D, tkv, tq, w.st); };
     auto vpack = [&] { pack_v_transposed(v16, D, tkv, tkv, D, vt, tkv / 2); };
-    auto softmax = [&] { online_softmax_tile<true>(w, tkv, nvec, tq, 0.18f); };
     auto rescale = [&] { rescale_output(w, D, nvec, tq); };
-    auto ppack = [&] { pack_p_pairs(w.st, tkv, tkv, nvec, tq); };
-    auto accumulate = [&] { amx_accumulate(vt, tkv / 2, reinterpret_cast<const std::uint32_t*>(w.st), tq, D, tkv, tq, w.ot); };
+    std::uint32_t* pb = amx_pairs_buffer(w, tq);
+    auto accumulate = [&] { amx_accumulate(vt, tkv / 2, pb, tkv / 2, tq, D, tkv, tq, w.ot); };
     scores();
     vpack();
     add("Q*K^T (AMX tiles)", ns_per_call(scores, cfg.seconds), flops);
     add("V transpose to pairs", ns_per_call(vpack, cfg.seconds), 0);
-    add("softmax (exp2, max, sum)", ns_per_call(softmax, cfg.seconds), 0);
+    auto fused = [&] { softmax_to_pairs(w, tkv, tkv, nvec, tq, 0.18f, pb, tkv / 2); };
+    add("softmax + P to bf16 pairs", ns_per_call(fused, cfg.seconds), 0);
     for (int i = 0; i < tq; ++i) w.alpha[i] = 0.5f;  // rescale timed as when the max moved
     add("O rescale (when max moved)", ns_per_call(rescale, cfg.seconds), 0);
-    add("P to bf16 pairs", ns_per_call(ppack, cfg.seconds), 0);  // in place: re-packs its own output, same work
     add("P*V (AMX tiles)", ns_per_call(accumulate, cfg.seconds), flops);
     _tile_release();
     r.peak_unit = "AMX";

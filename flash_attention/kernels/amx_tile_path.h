@@ -40,6 +40,15 @@ inline void amx_load_config() {
   _tile_loadconfig(&cfg);
 }
 
+// The amx path's scratch: the common workspace, then P in bf16 pairs
+// (tile_kv / 2 x tile_q 32-bit pairs) after it.
+inline std::size_t amx_workspace_floats(int tq, int tkv, int D) {
+  return Workspace::floats(tq, tkv, D) + pad16(std::size_t(tkv / 2) * tq);
+}
+inline std::uint32_t* amx_pairs_buffer(const Workspace& w, int tq) {
+  return reinterpret_cast<std::uint32_t*>(w.alpha + pad16(tq));
+}
+
 // Whole tiles only: 32 dims per A tile of the first product, 32 keys per A
 // tile of the second, 16 rows per B tile.  Other shapes run the AVX-512 loop.
 inline bool amx_tile_path_fits(const Fa2Job& job) {
@@ -71,10 +80,10 @@ inline void transpose_16x16_epi32(__m512i r[16]) {
   }
 }
 
-// Qᵀ in pair layout: qb[p][r] = (Q[r][2p], Q[r][2p + 1]) for p < D / 2 and
-// r < width; rows from `rows` on are zero.
-inline void pack_q_pairs(const char* qbase, std::int64_t q_row_stride, int rows, int width, int D, std::uint32_t* qb,
-                         int tq) {
+// Qᵀ in pair layout, one B tile per 16 rows and 32 dims laid out
+// contiguously: the pair (Q[r][2p], Q[r][2p + 1]) at
+// qb[(r / 16 * (D / 2) + p) * 16 + r % 16]; rows from `rows` on are zero.
+inline void pack_q_pairs(const char* qbase, std::int64_t q_row_stride, int rows, int width, int D, std::uint32_t* qb) {
   for (int r0 = 0; r0 < width; r0 += 16) {
     for (int d0 = 0; d0 < D; d0 += 32) {
       __m512i block[16];
@@ -83,7 +92,7 @@ inline void pack_q_pairs(const char* qbase, std::int64_t q_row_stride, int rows,
                                  : _mm512_setzero_si512();
       }
       transpose_16x16_epi32(block);
-      for (int p = 0; p < 16; ++p) _mm512_storeu_si512(qb + std::int64_t(d0 / 2 + p) * tq + r0, block[p]);
+      for (int p = 0; p < 16; ++p) _mm512_storeu_si512(qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2 + p) * 16, block[p]);
     }
   }
 }
@@ -112,20 +121,86 @@ inline void pack_v_transposed(const std::uint16_t* v, std::int64_t v_row_stride,
   }
 }
 
-// Pᵀ [cols][tq] fp32 -> pair layout pb[c / 2][r] in place (row c / 2 is
-// written only after rows c and c + 1 were read); rows up to cols_pad, zero
-// from `cols` on.
-inline void pack_p_pairs(float* st, int cols, int cols_pad, int nvec, int tq) {
+// Pᵀ [cols][tq] fp32 -> bf16 pairs, one B tile per 16 rows and 32 keys laid
+// out contiguously (16 pair rows of 64 bytes): pair (c, c + 1) of row r at
+// pb[(r / 16 * ldp + c / 2) * 16 + r % 16], ldp = tile_kv / 2.  Keys from
+// `cols` to cols_pad are zero.
+inline void pack_p_pairs(const float* st, int cols, int cols_pad, int nvec, int tq, std::uint32_t* pb, int ldp) {
   alignas(64) static constexpr std::uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
                                                                  21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
                                                                  11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i idx = _mm512_load_si512(kInterleave);
-  for (int c = 0; c < cols_pad; c += 2) {
-    for (int j = 0; j < nvec; ++j) {
+  for (int j = 0; j < nvec; ++j) {  // each row block's pairs written in order
+    for (int c = 0; c < cols_pad; c += 2) {
       const __m512 p0 = c < cols ? _mm512_loadu_ps(st + std::int64_t(c) * tq + j * 16) : _mm512_setzero_ps();
       const __m512 p1 = c + 1 < cols ? _mm512_loadu_ps(st + std::int64_t(c + 1) * tq + j * 16) : _mm512_setzero_ps();
       const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(p1, p0));  // p0 low half, p1 high
-      _mm512_storeu_si512(st + std::int64_t(c / 2) * tq + j * 16, _mm512_permutexvar_epi16(idx, both));
+      _mm512_storeu_si512(pb + (std::int64_t(j) * ldp + c / 2) * 16, _mm512_permutexvar_epi16(idx, both));
+    }
+  }
+}
+
+// The online softmax and pack_p_pairs in one pass over the tile (tiles
+// without dropout): P never goes back to memory in fp32; each pair of keys
+// is written straight into pack_p_pairs' B-tile order.  The same arithmetic
+// as online_softmax_tile<true> followed by pack_p_pairs (exp2 in fp32: an
+// fp16 exp2 would be cheaper and P is rounded to bf16 anyway, but the row
+// sums, and so the LSE, would carry fp16 rounding, measured above 1e-4).
+inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nvec, int tq, float scale,
+                             std::uint32_t* pb, int ldp) {
+  alignas(64) static constexpr std::uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
+                                                                 21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+                                                                 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(kInterleave);
+  const __m512 vscale = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(kNegInf), zero = _mm512_setzero_ps();
+  for (int j = 0; j < nvec; j += 2) {
+    const bool pair = j + 1 < nvec;  // else only the first row block
+    const float* col_a = w.st + j * 16;
+    const float* col_b = col_a + 16;
+    __m512 max_a = neg_inf, max_b = neg_inf;
+    for (int c = 0; c < cols; ++c) {
+      max_a = _mm512_max_ps(max_a, _mm512_loadu_ps(col_a + std::int64_t(c) * tq));
+      if (pair) max_b = _mm512_max_ps(max_b, _mm512_loadu_ps(col_b + std::int64_t(c) * tq));
+    }
+    const __m512 m_old_a = _mm512_loadu_ps(w.m + j * 16), m_old_b = pair ? _mm512_loadu_ps(w.m + j * 16 + 16) : neg_inf;
+    const __m512 m_new_a = _mm512_max_ps(m_old_a, _mm512_mul_ps(max_a, vscale));
+    const __m512 m_new_b = _mm512_max_ps(m_old_b, _mm512_mul_ps(max_b, vscale));
+    const __m512 m_sub_a = Vec::zero_if_neg_inf(m_new_a), m_sub_b = Vec::zero_if_neg_inf(m_new_b);
+    const __m512 neg_a = _mm512_sub_ps(zero, m_sub_a), neg_b = _mm512_sub_ps(zero, m_sub_b);
+    // 2^(s * scale - max) of key c for both row blocks (zeros past `cols`).
+    auto probabilities = [&](int c, __m512& pa, __m512& pbv) {
+      if (c >= cols) {
+        pa = pbv = zero;
+        return;
+      }
+      pa = Vec::exp2(_mm512_fmadd_ps(_mm512_loadu_ps(col_a + std::int64_t(c) * tq), vscale, neg_a));
+      pbv = pair ? Vec::exp2(_mm512_fmadd_ps(_mm512_loadu_ps(col_b + std::int64_t(c) * tq), vscale, neg_b)) : zero;
+    };
+    __m512 sum_a = zero, sum_b = zero;
+    std::uint32_t* out_a = pb + std::int64_t(j) * ldp * 16;
+    std::uint32_t* out_b = out_a + std::int64_t(ldp) * 16;
+    for (int c = 0; c < cols_pad; c += 2) {
+      __m512 a0, b0, a1, b1;
+      probabilities(c, a0, b0);
+      probabilities(c + 1, a1, b1);
+      sum_a = _mm512_add_ps(sum_a, _mm512_add_ps(a0, a1));
+      sum_b = _mm512_add_ps(sum_b, _mm512_add_ps(b0, b1));
+      _mm512_storeu_si512(out_a + (c / 2) * 16,
+                          _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(a1, a0))));
+      if (pair) {
+        _mm512_storeu_si512(out_b + (c / 2) * 16,
+                            _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b1, b0))));
+      }
+    }
+    const __m512 alpha_a = Vec::exp2(_mm512_sub_ps(m_old_a, m_sub_a));
+    _mm512_storeu_ps(w.alpha + j * 16, alpha_a);
+    _mm512_storeu_ps(w.l + j * 16, _mm512_fmadd_ps(_mm512_loadu_ps(w.l + j * 16), alpha_a, sum_a));
+    _mm512_storeu_ps(w.m + j * 16, m_new_a);
+    if (pair) {
+      const __m512 alpha_b = Vec::exp2(_mm512_sub_ps(m_old_b, m_sub_b));
+      _mm512_storeu_ps(w.alpha + j * 16 + 16, alpha_b);
+      _mm512_storeu_ps(w.l + j * 16 + 16, _mm512_fmadd_ps(_mm512_loadu_ps(w.l + j * 16 + 16), alpha_b, sum_b));
+      _mm512_storeu_ps(w.m + j * 16 + 16, m_new_b);
     }
   }
 }
@@ -133,7 +208,7 @@ inline void pack_p_pairs(float* st, int cols, int cols_pad, int nvec, int tq) {
 // Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols_pad, r < width.
 inline void amx_scores(const std::uint16_t* k, std::int64_t k_row_stride, const std::uint32_t* qb, int tq, int D,
                        int cols_pad, int width, float* st) {
-  const std::int64_t kb = k_row_stride * 2, qbs = std::int64_t(tq) * 4, sts = std::int64_t(tq) * 4;
+  const std::int64_t kb = k_row_stride * 2, sts = std::int64_t(tq) * 4;
   for (int c0 = 0; c0 < cols_pad; c0 += 32) {
     const std::uint16_t* k0 = k + std::int64_t(c0) * k_row_stride;
     const std::uint16_t* k1 = k0 + 16 * k_row_stride;
@@ -146,8 +221,8 @@ inline void amx_scores(const std::uint16_t* k, std::int64_t k_row_stride, const 
       for (int d0 = 0; d0 < D; d0 += 32) {
         _tile_loadd(4, k0 + d0, kb);
         _tile_loadd(5, k1 + d0, kb);
-        _tile_loadd(6, qb + std::int64_t(d0 / 2) * tq + r0, qbs);
-        _tile_loadd(7, qb + std::int64_t(d0 / 2) * tq + r0 + 16, qbs);
+        _tile_loadd(6, qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16, 64);
+        _tile_loadd(7, qb + (std::int64_t(r0 / 16 + 1) * (D / 2) + d0 / 2) * 16, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
@@ -164,7 +239,7 @@ inline void amx_scores(const std::uint16_t* k, std::int64_t k_row_stride, const 
       for (int d0 = 0; d0 < D; d0 += 32) {
         _tile_loadd(4, k0 + d0, kb);
         _tile_loadd(5, k1 + d0, kb);
-        _tile_loadd(6, qb + std::int64_t(d0 / 2) * tq + r0, qbs);
+        _tile_loadd(6, qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(2, 5, 6);
       }
@@ -175,9 +250,9 @@ inline void amx_scores(const std::uint16_t* k, std::int64_t k_row_stride, const 
 }
 
 // Oᵀ[d][r] += sum_c Vᵀ[d][c] Pᵀ[c][r] for d < D, r < width, c < cols_pad.
-inline void amx_accumulate(const std::uint32_t* vt, int ldvt, const std::uint32_t* pb, int tq, int D, int cols_pad,
-                           int width, float* ot) {
-  const std::int64_t vts = std::int64_t(ldvt) * 4, pbs = std::int64_t(tq) * 4, ots = std::int64_t(tq) * 4;
+inline void amx_accumulate(const std::uint32_t* vt, int ldvt, const std::uint32_t* pb, int ldp, int tq, int D,
+                           int cols_pad, int width, float* ot) {
+  const std::int64_t vts = std::int64_t(ldvt) * 4, ots = std::int64_t(tq) * 4;
   for (int d0 = 0; d0 < D; d0 += 32) {
     float* o0 = ot + std::int64_t(d0) * tq;
     float* o1 = o0 + 16 * std::int64_t(tq);
@@ -192,8 +267,8 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, const std::uint32_
       for (int c0 = 0; c0 < cols_pad; c0 += 32) {
         _tile_loadd(4, v0 + c0 / 2, vts);
         _tile_loadd(5, v1 + c0 / 2, vts);
-        _tile_loadd(6, pb + std::int64_t(c0 / 2) * tq + r0, pbs);
-        _tile_loadd(7, pb + std::int64_t(c0 / 2) * tq + r0 + 16, pbs);
+        _tile_loadd(6, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16, 64);
+        _tile_loadd(7, pb + (std::int64_t(r0 / 16 + 1) * ldp + c0 / 2) * 16, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 4, 7);
         _tile_dpbf16ps(2, 5, 6);
@@ -210,7 +285,7 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, const std::uint32_
       for (int c0 = 0; c0 < cols_pad; c0 += 32) {
         _tile_loadd(4, v0 + c0 / 2, vts);
         _tile_loadd(5, v1 + c0 / 2, vts);
-        _tile_loadd(6, pb + std::int64_t(c0 / 2) * tq + r0, pbs);
+        _tile_loadd(6, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(2, 5, 6);
       }
@@ -244,7 +319,8 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   auto* qb = reinterpret_cast<std::uint32_t*>(w.qt);     // [D / 2][tq] pairs (fits Qᵀ's fp32 space)
   auto* kpad = reinterpret_cast<std::uint16_t*>(w.kbuf);  // a last, partial K tile, zero-padded
   auto* vt = reinterpret_cast<std::uint32_t*>(w.vbuf);    // [D][tkv / 2] pairs
-  pack_q_pairs(it.qbase, job.q_strides[2], rows, width, D, qb, tq);
+  std::uint32_t* pb = amx_pairs_buffer(w, tq);            // P in B-tile order
+  pack_q_pairs(it.qbase, job.q_strides[2], rows, width, D, qb);
   init_tile_state(job, w, it);
   amx_load_config();
   for (std::int64_t j0 = it.kv_begin; j0 < it.kv_end; j0 += tkv) {
@@ -271,11 +347,15 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
     amx_scores(ktile, k_stride, qb, tq, D, cols_pad, width, w.st);
     pack_v_transposed(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2);
 
-    softmax_raw_tile<DType::kBF16>(job, w, it, j0, cols);
-
+    if (job.dropout.active) {  // dropout works on the fp32 P, then it is packed
+      softmax_raw_tile<DType::kBF16>(job, w, it, j0, cols);
+      pack_p_pairs(w.st, cols, cols_pad, nvec, tq, pb, tkv / 2);
+    } else {
+      const float scale = prepare_scores(job, w, it, j0, cols);
+      softmax_to_pairs(w, cols, cols_pad, nvec, tq, scale, pb, tkv / 2);
+    }
     rescale_output(w, D, nvec, tq);
-    pack_p_pairs(w.st, cols, cols_pad, nvec, tq);
-    amx_accumulate(vt, tkv / 2, reinterpret_cast<const std::uint32_t*>(w.st), tq, D, cols_pad, width, w.ot);
+    amx_accumulate(vt, tkv / 2, pb, tkv / 2, tq, D, cols_pad, width, w.ot);
   }
   _tile_release();
   write_tile_outputs<DType::kBF16>(job, w, it);

@@ -628,28 +628,32 @@ inline void scaled_softmax_tile(const Workspace& w, int cols, int nvec, int tq, 
   online_softmax_tile<true>(w, cols, nvec, tq, scale);
 }
 
-// Score modifiers, masks, the online softmax and dropout on a tile of raw
-// scores (Q is not pre-scaled: one rounding per score instead of one per Q
-// element and product term).  Modifiers work in scaled log2 units, so with
-// any of them the tile is scaled first; otherwise the softmax folds the
-// scale into its exp2 argument.
-template <DType DT>
-inline void softmax_raw_tile(const Fa2Job& job, const Workspace& w, const TileItem& it, std::int64_t j0, int cols) {
+// Score modifiers and masks on a tile of raw scores (Q is not pre-scaled:
+// one rounding per score instead of one per Q element and product term).
+// Modifiers work in scaled log2 units, so with any of them the tile is
+// scaled first.  Returns the scale the softmax still has to apply.
+inline float prepare_scores(const Fa2Job& job, const Workspace& w, const TileItem& it, std::int64_t j0, int cols) {
   const int tq = job.tile_q;
+  float scale = job.scale_log2;
   if (has_score_modifiers(job)) {
-    const typename Vec::T scale = Vec::set1(job.scale_log2);
+    const typename Vec::T vscale = Vec::set1(scale);
     for (int c = 0; c < cols; ++c) {
       float* srow = w.st + std::int64_t(c) * tq;
-      for (int j = 0; j < it.nvec; ++j) Vec::store(srow + j * Vec::W, Vec::mul(Vec::load(srow + j * Vec::W), scale));
+      for (int j = 0; j < it.nvec; ++j) Vec::store(srow + j * Vec::W, Vec::mul(Vec::load(srow + j * Vec::W), vscale));
     }
     modify_scores(job, it.h, it.i0, it.rows, j0, cols, w.st, tq, 1);
-    mask_tile(job, it.i0, it.rows, j0, cols, w.st, tq);
-    scaled_softmax_tile<DT>(w, cols, it.nvec, tq, 1.0f);
-  } else {
-    mask_tile(job, it.i0, it.rows, j0, cols, w.st, tq);
-    scaled_softmax_tile<DT>(w, cols, it.nvec, tq, job.scale_log2);
+    scale = 1.0f;
   }
-  if (job.dropout.active) drop_tile(job, it.bh, it.i0, it.rows, j0, cols, w.st, tq);
+  mask_tile(job, it.i0, it.rows, j0, cols, w.st, tq);
+  return scale;
+}
+
+// Modifiers, masks, the online softmax and dropout on a tile of raw scores.
+template <DType DT>
+inline void softmax_raw_tile(const Fa2Job& job, const Workspace& w, const TileItem& it, std::int64_t j0, int cols) {
+  const float scale = prepare_scores(job, w, it, j0, cols);
+  scaled_softmax_tile<DT>(w, cols, it.nvec, job.tile_q, scale);
+  if (job.dropout.active) drop_tile(job, it.bh, it.i0, it.rows, j0, cols, w.st, job.tile_q);
 }
 
 template <DType DT, bool kPrefetch>
