@@ -3,6 +3,7 @@
 // argv: target tile_q tile_kv head_dim.  Prints the verdict; exit 1 = exceeds.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "targets.h"
 
@@ -11,18 +12,20 @@ int main(int argc, char** argv) {
   const fa::detail::TargetInfo* target = fa::detail::find_target(argv[1]);
   if (!target) return 2;
   const int tq = std::atoi(argv[2]), tkv = std::atoi(argv[3]), d = std::atoi(argv[4]);
-  const std::size_t used = fa::detail::fa2_working_set_bytes(tq, tkv, d);
+  const bool matrix = std::strcmp(target->name, "amx") == 0;  // bf16 on the tile unit: the largest working set
+  auto working_set = [&](int q, int kv) { return fa::detail::fa2_working_set_bytes(q, kv, d, matrix); };
+  const std::size_t used = working_set(tq, tkv);
   const std::size_t limit = target->l2_bytes;
   if (used <= limit) {
     std::printf("fits: L2 working set %zu KiB per thread (limit: %zu KiB, %s)\n", used / 1024, limit / 1024, target->name);
     return 0;
   }
   int fit = tq;
-  while (fit > 16 && fa::detail::fa2_working_set_bytes(fit, tkv, d) > limit) fit /= 2;
+  while (fit > 16 && working_set(fit, tkv) > limit) fit /= 2;
   std::printf("Error: Resource usage exceeds device limit.\n"
               "  L2 working set: %zu KiB per thread for FA_TILE_Q=%d FA_TILE_KV=%d at head_dim %d (limit: %zu KiB per core, %s)\n"
               "  Suggestion: FA_TILE_Q=%d%s\n",
               used / 1024, tq, tkv, d, limit / 1024, target->name, fit,
-              fa::detail::fa2_working_set_bytes(fit, tkv, d) <= limit ? "" : " and a smaller FA_TILE_KV");
+              working_set(fit, tkv) <= limit ? "" : " and a smaller FA_TILE_KV");
   return 1;
 }

@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <span>
 #include <string>
 
 #include "flash_attention/flash_attention.h"
@@ -222,6 +223,9 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
   const std::size_t l2 = cpu_l2_bytes();
   const std::size_t limit = l2 > 0 ? l2 : target->l2_bytes;
   const int D = static_cast<int>(p.head_dim);
+  // The matrix unit (amx, bf16) has its own recommended tiles and keeps P twice.
+  const bool matrix = uses_matrix_unit(isa, dtype, p.head_dim);
+  auto working_set = [&](int q, int kv) { return detail::fa2_working_set_bytes(q, kv, D, matrix); };
 
   int tq = p.tile_q != 0 ? p.tile_q : detail::kDefaultTileQ;
   int tkv = p.tile_kv != 0 ? p.tile_kv : detail::kDefaultTileKv;
@@ -229,7 +233,8 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
   if (tq == kTileAuto || tkv == kTileAuto) {
     int cq = 0, ckv = 0;
     int table_q = 0, table_kv = 0;
-    for (const detail::TileRow& row : detail::kRecommendedTiles) {
+    for (const detail::TileRow& row : matrix ? std::span<const detail::TileRow>(detail::kMatrixUnitTiles)
+                                             : std::span<const detail::TileRow>(detail::kRecommendedTiles)) {
       const bool masked = detail::key_window(p).active;  // the causal column serves every window
       if (p.seq_q <= row.max_seq && table_q == 0) table_q = masked ? row.causal_tile_q : row.tile_q;
       if (p.seq_kv <= row.max_seq && table_kv == 0) table_kv = masked ? row.causal_tile_kv : row.tile_kv;
@@ -245,13 +250,13 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
     if (tkv == kTileAuto) tkv = cached ? ckv : table_kv;
     source = cached ? "tuning cache" : "target table";
     // An automatic plan shrinks until it fits; a requested one is checked.
-    while (detail::fa2_working_set_bytes(tq, tkv, D) > limit && (tq > 16 || tkv > 16)) {
+    while (working_set(tq, tkv) > limit && (tq > 16 || tkv > 16)) {
       if (tq >= tkv && tq > 16) tq /= 2; else tkv /= 2;
     }
   }
   plan->tile_q = tq;
   plan->tile_kv = tkv;
-  plan->working_set_bytes = detail::fa2_working_set_bytes(tq, tkv, D);
+  plan->working_set_bytes = working_set(tq, tkv);
   plan->limit_bytes = limit;
   plan->target = isa_name(isa);
   plan->source = source;
@@ -318,13 +323,13 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
     // Suggest the largest tile_q that fits with this tile_kv, else the
     // largest square-ish pair below the request.
     int fit_q = tq;
-    while (fit_q > 16 && detail::fa2_working_set_bytes(fit_q, tkv, D) > limit) fit_q /= 2;
+    while (fit_q > 16 && working_set(fit_q, tkv) > limit) fit_q /= 2;
     std::string hint;
-    if (detail::fa2_working_set_bytes(fit_q, tkv, D) <= limit) {
+    if (working_set(fit_q, tkv) <= limit) {
       hint = "use a smaller tile_q (" + std::to_string(fit_q) + " fits with tile_kv " + std::to_string(tkv) + ")";
     } else {
       int sq = tq, skv = tkv;
-      while ((sq > 16 || skv > 16) && detail::fa2_working_set_bytes(sq, skv, D) > limit) {
+      while ((sq > 16 || skv > 16) && working_set(sq, skv) > limit) {
         if (skv >= sq && skv > 16) skv /= 2; else sq /= 2;
       }
       hint = "use smaller tiles (" + std::to_string(sq) + "x" + std::to_string(skv) + " fits)";

@@ -33,6 +33,15 @@ TEST(Planner, WorkingSetArithmetic) {
   // Qᵀ + Oᵀ: 2 x 64 x 128; Sᵀ: 64 x 128; K + V: 2 x 64 x 64; rows: 3 x 128; all fp32.
   EXPECT_EQ(fa::detail::fa2_working_set_bytes(128, 64, 64), 4u * (16384 + 8192 + 8192 + 384));
   EXPECT_EQ(fa::detail::fa2_working_set_bytes(16, 16, 8), 4u * (256 + 256 + 256 + 48));
+  // On the matrix unit P is kept in bf16 pairs as well: 64 x 128 x 2 bytes more.
+  EXPECT_EQ(fa::detail::fa2_working_set_bytes(128, 64, 64, true), 4u * (16384 + 8192 + 8192 + 384) + 2u * 8192);
+}
+
+// Whether a bf16 plan of this head_dim runs on the matrix unit here (the amx
+// path, when the CPU has it and nothing forces another).
+bool bf16_on_matrix_unit(const fa::AttentionParams& p) {
+  fa::Isa isa;
+  return fa::fa2_select_isa(p, &isa).ok() && fa::uses_matrix_unit(isa, fa::DType::kBF16, p.head_dim);
 }
 
 TEST(Planner, RequestedPlanThatFitsIsKept) {
@@ -44,7 +53,7 @@ TEST(Planner, RequestedPlanThatFitsIsKept) {
   EXPECT_EQ(plan.tile_q, 128);
   EXPECT_EQ(plan.tile_kv, 64);
   EXPECT_EQ(plan.source, "caller");
-  EXPECT_EQ(plan.working_set_bytes, fa::detail::fa2_working_set_bytes(128, 64, 64));
+  EXPECT_EQ(plan.working_set_bytes, fa::detail::fa2_working_set_bytes(128, 64, 64, bf16_on_matrix_unit(p)));
   EXPECT_GT(plan.limit_bytes, 0u);
 }
 
@@ -74,8 +83,9 @@ TEST(Planner, AutoUsesTheTargetTableAndShrinksToFit) {
   ASSERT_TRUE(fa::fa2_plan(p, fa::DType::kBF16, &plan).ok());
   EXPECT_EQ(plan.source, "target table");
   EXPECT_LE(plan.working_set_bytes, plan.limit_bytes);
-  const fa::detail::TileRow& row = fa::detail::kRecommendedTiles[1];  // up to 4096
-  if (fa::detail::fa2_working_set_bytes(row.tile_q, row.tile_kv, 64) <= plan.limit_bytes) {
+  const bool matrix = bf16_on_matrix_unit(p);  // the amx path has a table of its own
+  const fa::detail::TileRow& row = matrix ? fa::detail::kMatrixUnitTiles[0] : fa::detail::kRecommendedTiles[1];
+  if (fa::detail::fa2_working_set_bytes(row.tile_q, row.tile_kv, 64, matrix) <= plan.limit_bytes) {
     EXPECT_EQ(plan.tile_q, row.tile_q);
     EXPECT_EQ(plan.tile_kv, row.tile_kv);
   }
