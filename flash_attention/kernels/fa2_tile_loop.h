@@ -580,7 +580,22 @@ inline void write_tile_outputs(const Fa2Job& job, const Workspace& w, const Tile
 // sides), or any tile under an explicit mask, pay for it.
 inline void mask_tile(const Fa2Job& job, std::int64_t i0, int rows, std::int64_t j0, int cols, float* st, int tq) {
   if (job.window.active && (j0 + cols > key_end(job, i0) || j0 < key_begin(job, i0 + rows - 1))) {
-    for (int r = 0; r < rows; ++r) mask_window(job, i0 + r, j0, cols, st + r, tq);
+    // Key j may be attended by queries i in [j - offset - right, j - offset +
+    // left] (the window of mask.h read the other way; exact for keys inside
+    // the sequence), so each key's row of Sᵀ is masked in at most two
+    // contiguous runs of query lanes: plain fills instead of strided stores.
+    const detail::KeyWindow& kw = job.window;
+    const bool left_bounded = kw.left < kUnboundedTokens, right_bounded = kw.right < kUnboundedTokens;
+    for (int c = 0; c < cols; ++c) {
+      const std::int64_t j = j0 + c;
+      std::int64_t first = right_bounded ? j - kw.offset - kw.right - i0 : 0;
+      std::int64_t last = left_bounded ? j - kw.offset + kw.left - i0 : rows - 1;
+      first = first < 0 ? 0 : (first > rows ? rows : first);
+      last = last < first - 1 ? first - 1 : (last > rows - 1 ? rows - 1 : last);
+      float* srow = st + std::int64_t(c) * tq;
+      for (std::int64_t r = 0; r < first; ++r) srow[r] = kNegInf;
+      for (std::int64_t r = last + 1; r < rows; ++r) srow[r] = kNegInf;
+    }
   }
   if (job.mask) {
     for (int r = 0; r < rows; ++r) {
