@@ -309,6 +309,33 @@ inline void rescale_output(const Workspace& w, int D, int nvec, int tq) {
   }
 }
 
+// write_tile_outputs for bf16 O in 16 x 16 blocks: Oᵀ transposed in
+// registers, divided by the row sums, rounded to bf16 (nearest even) and
+// stored 16 values at a time.  Split-KV partials take the common epilogue.
+inline void write_outputs_bf16(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+  if (job.num_splits > 1) {
+    write_tile_outputs<DType::kBF16>(job, w, it);
+    return;
+  }
+  const int D = static_cast<int>(job.head_dim), tq = job.tile_q;
+  auto* obase = static_cast<std::uint16_t*>(job.o) + it.b * job.o_strides[0] + it.h * job.o_strides[1] +
+                it.i0 * job.o_strides[2];
+  for (int r0 = 0; r0 < it.rows; r0 += 16) {
+    const int n = it.rows - r0 < 16 ? it.rows - r0 : 16;
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      __m512i block[16];
+      for (int d = 0; d < 16; ++d) block[d] = _mm512_castps_si512(_mm512_loadu_ps(w.ot + std::int64_t(d0 + d) * tq + r0));
+      transpose_16x16_epi32(block);  // block[r]: row r0 + r, dims d0 .. d0 + 15
+      for (int r = 0; r < n; ++r) {
+        const __m512 o = _mm512_div_ps(_mm512_castsi512_ps(block[r]), _mm512_set1_ps(row_denominator(w.l[r0 + r])));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(obase + std::int64_t(r0 + r) * job.o_strides[2] + d0),
+                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(o)));
+      }
+    }
+  }
+  write_tile_lse(job, w, it);
+}
+
 template <bool kPrefetch>
 void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, tkv = job.tile_kv;
@@ -358,7 +385,7 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
     amx_accumulate(vt, tkv / 2, pb, tkv / 2, tq, D, cols_pad, width, w.ot);
   }
   _tile_release();
-  write_tile_outputs<DType::kBF16>(job, w, it);
+  write_outputs_bf16(job, w, it);
 }
 
 // TDPBF16PS throughput of this thread's tile unit, GFLOP/s: four independent

@@ -534,6 +534,13 @@ struct TileItem {
   const char *qbase, *kbase, *vbase;  // Q at the tile's first row; K and V at the head's first key
 };
 
+// The log-sum-exp of a tile's rows (natural log), when asked for.
+inline void write_tile_lse(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+  if (!job.lse) return;
+  float* lse = job.lse + it.b * job.lse_strides[0] + it.h * job.lse_strides[1] + it.i0;
+  for (int r = 0; r < it.rows; ++r) lse[r] = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
+}
+
 // The tile path's epilogue: normalize once (a row that attended nothing
 // outputs zeros) and write O and the LSE, or a chunk's fp32 partials.
 template <DType DT>
@@ -570,10 +577,7 @@ inline void write_tile_outputs(const Fa2Job& job, const Workspace& w, const Tile
       }
     }
   }
-  if (job.lse) {
-    float* lse = job.lse + b * job.lse_strides[0] + h * job.lse_strides[1] + i0;
-    for (int r = 0; r < rows; ++r) lse[r] = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
-  }
+  write_tile_lse(job, w, it);
 }
 
 // Masking: only tiles crossing a window edge (the causal diagonal, a band's
