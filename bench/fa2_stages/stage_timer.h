@@ -75,7 +75,10 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
     const auto* v16 = reinterpret_cast<const std::uint16_t*>(v.data());
     pack_q_pairs(q.data(), D, tq, tq, D, qb);
     amx_load_config();
-    auto scores = [&] { amx_scores(k16, D, qb, tq, D, tkv, tq, w.st); };
+    auto* kp = reinterpret_cast<std::uint16_t*>(w.kbuf);
+    auto kpack = [&] { pack_k_tiles(k16, D, tkv, tkv, D, kp); };
+    kpack();
+    auto scores = [&] { amx_scores(kp, qb, tq, D, tkv, tq, w.st); };
     auto vpack = [&] { pack_v_transposed(v16, D, tkv, tkv, D, vt, tkv / 2); };
     auto rescale = [&] { rescale_output(w, D, nvec, tq); };
     std::uint32_t* pb = amx_pairs_buffer(w, tq);
@@ -83,6 +86,7 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
     scores();
     vpack();
     add("Q*K^T (AMX tiles)", ns_per_call(scores, cfg.seconds), flops);
+    add("K copy to A-tile order", ns_per_call(kpack, cfg.seconds), 0);
     add("V transpose to pairs", ns_per_call(vpack, cfg.seconds), 0);
     auto fused = [&] { softmax_to_pairs(w, tkv, tkv, nvec, tq, 0.18f, pb, tkv / 2); };
     add("softmax + P to bf16 pairs", ns_per_call(fused, cfg.seconds), 0);

@@ -3,7 +3,7 @@
 // helpers it shares with run_tile: the same item, layouts, masking, online
 // softmax, dropout and epilogue; only the two products move to the tiles.
 //
-//   Sᵀ[keys][rows] = K · Qᵀ      A: 16 K rows x 32 dims, read in place
+//   Sᵀ[keys][rows] = K · Qᵀ      A: 16 K rows x 32 dims, copied per K/V tile
 //                                B: Qᵀ in pair layout, packed once per item
 //   Oᵀ[dims][rows] += Vᵀ · Pᵀ    A: Vᵀ (16 dims x 32 keys), packed per K/V tile
 //                                B: Pᵀ in pair layout, converted from the fp32 P
@@ -205,13 +205,30 @@ inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nve
   }
 }
 
-// Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols_pad, r < width.
-inline void amx_scores(const std::uint16_t* k, std::int64_t k_row_stride, const std::uint32_t* qb, int tq, int D,
-                       int cols_pad, int width, float* st) {
-  const std::int64_t kb = k_row_stride * 2, sts = std::int64_t(tq) * 4;
+// A K/V tile's keys in A-tile order: the 16 keys x 32 dims of block (c / 16,
+// d / 32) contiguous (16 rows of 64 bytes) at kp[(c / 16 * (D / 32) + d / 32) * 512],
+// keys from `cols` to cols_pad zero.  Read in place, K rows lie a whole
+// token apart (4 KiB for 16 heads of 128 in BSH), so a tile's 16 rows would
+// fall in one L1 set.
+inline void pack_k_tiles(const std::uint16_t* k, std::int64_t k_row_stride, int cols, int cols_pad, int D,
+                         std::uint16_t* kp) {
+  for (int c = 0; c < cols_pad; ++c) {
+    const std::uint16_t* row = k + std::int64_t(c) * k_row_stride;
+    std::uint16_t* out = kp + (std::int64_t(c / 16) * (D / 32)) * 512 + (c % 16) * 32;
+    for (int d0 = 0; d0 < D; d0 += 32) {
+      _mm512_storeu_si512(out + (d0 / 32) * 512, c < cols ? _mm512_loadu_si512(row + d0) : _mm512_setzero_si512());
+    }
+  }
+}
+
+// Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols_pad, r < width; K in A-tile order.
+inline void amx_scores(const std::uint16_t* kp, const std::uint32_t* qb, int tq, int D, int cols_pad, int width,
+                       float* st) {
+  constexpr std::int64_t kb = 64;
+  const std::int64_t sts = std::int64_t(tq) * 4;
   for (int c0 = 0; c0 < cols_pad; c0 += 32) {
-    const std::uint16_t* k0 = k + std::int64_t(c0) * k_row_stride;
-    const std::uint16_t* k1 = k0 + 16 * k_row_stride;
+    const std::uint16_t* k0 = kp + std::int64_t(c0 / 16) * (D / 32) * 512;
+    const std::uint16_t* k1 = k0 + std::int64_t(D / 32) * 512;
     int r0 = 0;
     for (; r0 + 32 <= width; r0 += 32) {
       _tile_zero(0);
@@ -219,8 +236,8 @@ inline void amx_scores(const std::uint16_t* k, std::int64_t k_row_stride, const 
       _tile_zero(2);
       _tile_zero(3);
       for (int d0 = 0; d0 < D; d0 += 32) {
-        _tile_loadd(4, k0 + d0, kb);
-        _tile_loadd(5, k1 + d0, kb);
+        _tile_loadd(4, k0 + (d0 / 32) * 512, kb);
+        _tile_loadd(5, k1 + (d0 / 32) * 512, kb);
         _tile_loadd(6, qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16, 64);
         _tile_loadd(7, qb + (std::int64_t(r0 / 16 + 1) * (D / 2) + d0 / 2) * 16, 64);
         _tile_dpbf16ps(0, 4, 6);
@@ -237,8 +254,8 @@ inline void amx_scores(const std::uint16_t* k, std::int64_t k_row_stride, const 
       _tile_zero(0);
       _tile_zero(2);
       for (int d0 = 0; d0 < D; d0 += 32) {
-        _tile_loadd(4, k0 + d0, kb);
-        _tile_loadd(5, k1 + d0, kb);
+        _tile_loadd(4, k0 + (d0 / 32) * 512, kb);
+        _tile_loadd(5, k1 + (d0 / 32) * 512, kb);
         _tile_loadd(6, qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(2, 5, 6);
@@ -344,7 +361,7 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   const auto* k16 = reinterpret_cast<const std::uint16_t*>(it.kbase);
   const auto* v16 = reinterpret_cast<const std::uint16_t*>(it.vbase);
   auto* qb = reinterpret_cast<std::uint32_t*>(w.qt);     // [D / 2][tq] pairs (fits Qᵀ's fp32 space)
-  auto* kpad = reinterpret_cast<std::uint16_t*>(w.kbuf);  // a last, partial K tile, zero-padded
+  auto* kpack = reinterpret_cast<std::uint16_t*>(w.kbuf);  // the K tile in A-tile order
   auto* vt = reinterpret_cast<std::uint32_t*>(w.vbuf);    // [D][tkv / 2] pairs
   std::uint32_t* pb = amx_pairs_buffer(w, tq);            // P in B-tile order
   pack_q_pairs(it.qbase, job.q_strides[2], rows, width, D, qb);
@@ -361,17 +378,8 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
         prefetch_rows(it.vbase + j1 * vs * 2, vs * 2, next, D * 2);
       }
     }
-    const std::uint16_t* ktile = k16 + j0 * ks;
-    std::int64_t k_stride = ks;
-    if (cols != cols_pad) {  // rows past the tile's end may lie past the tensor's
-      for (int c = 0; c < cols_pad; ++c) {
-        if (c < cols) std::memcpy(kpad + std::int64_t(c) * D, ktile + c * ks, 2 * std::size_t(D));
-        else std::memset(kpad + std::int64_t(c) * D, 0, 2 * std::size_t(D));
-      }
-      ktile = kpad;
-      k_stride = D;
-    }
-    amx_scores(ktile, k_stride, qb, tq, D, cols_pad, width, w.st);
+    pack_k_tiles(k16 + j0 * ks, ks, cols, cols_pad, D, kpack);
+    amx_scores(kpack, qb, tq, D, cols_pad, width, w.st);
     pack_v_transposed(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2);
 
     if (job.dropout.active) {  // dropout works on the fp32 P, then it is packed
