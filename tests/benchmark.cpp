@@ -132,10 +132,17 @@ const char* unit_name(fa::Isa isa, bool matrix) {
 // and the softmax use.
 std::string kernel_name(fa::Isa isa, bool matrix, fa::DType dtype) {
   if (isa != fa::Isa::kAmx) return std::string(fa::isa_name(isa));
-  if (matrix) return "amx-bf16";
-  const bool half = dtype == fa::DType::kF16 && !fa::mixed_precision_softmax();
-  return std::string("amx (products on AVX-512 FMA: the tiles run bf16 with head_dim a multiple of 32") +
-         (half ? "; fp16 softmax on AVX512-FP16)" : ")");
+  std::vector<std::string> notes;
+  if (!matrix) {
+    notes.push_back(dtype == fa::DType::kF32 ? "fp32 products on AVX-512 FMA"
+                                             : "products on AVX-512 FMA: the tiles need head_dim a multiple of 32");
+  } else if (dtype == fa::DType::kF16) {
+    notes.push_back("fp16 as two exact bf16 pieces, three products each");
+  }
+  if (dtype == fa::DType::kF16 && !fa::mixed_precision_softmax()) notes.push_back("fp16 softmax on AVX512-FP16");
+  std::string name = matrix ? "amx-bf16" : "amx";
+  for (std::size_t i = 0; i < notes.size(); ++i) name += (i ? "; " : " (") + notes[i];
+  return notes.empty() ? name : name + ")";
 }
 
 Options read_options(const Args& a) {

@@ -30,6 +30,44 @@ double ns_per_call(Fn&& fn, double seconds) {
   return elapsed * 1e9 / double(calls);
 }
 
+#if defined(FA_HAVE_AMX)
+// The amx tile path's stages (amx_tile_path.h), on the same buffers.
+template <DType DT, class Add>
+void time_amx_stages(const bench::StageConfig& cfg, const Workspace& w, const char* q, const char* k, const char* v,
+                     Add&& add) {
+  constexpr int kP = kPieces<DT>;
+  const int D = cfg.head_dim, tq = cfg.tile_q, tkv = cfg.tile_kv, nvec = tq / 16;
+  const double flops = 2.0 * tq * tkv * D;
+  auto* qb = reinterpret_cast<std::uint32_t*>(w.qt);
+  auto* kp = reinterpret_cast<std::uint16_t*>(w.kbuf);
+  auto* vt = reinterpret_cast<std::uint32_t*>(w.vbuf);
+  std::uint32_t* pb = amx_pairs_buffer(w, tq);
+  const std::int64_t q_lo = std::int64_t(tq) * (D / 2), k_lo = std::int64_t(tkv) * D, v_lo = std::int64_t(D) * (tkv / 2),
+                     p_lo = std::int64_t(tq) * (tkv / 2);
+  const auto* k16 = reinterpret_cast<const std::uint16_t*>(k);
+  const auto* v16 = reinterpret_cast<const std::uint16_t*>(v);
+  pack_q_pairs<DT>(reinterpret_cast<const std::uint16_t*>(q), D, tq, tq, D, qb, q_lo);
+  amx_load_config();
+  auto kpack = [&] { pack_k_tiles<DT>(k16, D, tkv, tkv, D, kp, k_lo); };
+  auto scores = [&] { amx_scores<kP>(kp, k_lo, qb, q_lo, tq, D, tkv, tq, w.st); };
+  auto vpack = [&] { pack_v_transposed<DT>(v16, D, tkv, tkv, D, vt, tkv / 2, v_lo); };
+  auto fused = [&] { softmax_to_pairs<kP>(w, tkv, tkv, nvec, tq, 0.18f, pb, tkv / 2, p_lo); };
+  auto rescale = [&] { rescale_output(w, D, nvec, tq); };
+  auto accumulate = [&] { amx_accumulate<kP>(vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, tkv, tq, w.ot); };
+  kpack();
+  scores();  // Sᵀ holds real scores before the softmax is timed
+  vpack();
+  add(kP == 1 ? "Q*K^T (AMX tiles)" : "Q*K^T (AMX, 3 products)", ns_per_call(scores, cfg.seconds), flops);
+  add(kP == 1 ? "K copy to A-tile order" : "K split+copy to A tiles", ns_per_call(kpack, cfg.seconds), 0);
+  add(kP == 1 ? "V transpose to pairs" : "V split+transpose", ns_per_call(vpack, cfg.seconds), 0);
+  add(kP == 1 ? "softmax + P to bf16 pairs" : "softmax + P split to pairs", ns_per_call(fused, cfg.seconds), 0);
+  for (int i = 0; i < tq; ++i) w.alpha[i] = 0.5f;  // rescale timed as when the max moved
+  add("O rescale (when max moved)", ns_per_call(rescale, cfg.seconds), 0);
+  add(kP == 1 ? "P*V (AMX tiles)" : "P*V (AMX, 3 products)", ns_per_call(accumulate, cfg.seconds), flops);
+  _tile_release();
+}
+#endif
+
 template <DType DT>
 bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   const int D = cfg.head_dim, tq = cfg.tile_q, tkv = cfg.tile_kv, nvec = tq / Vec::W;
@@ -65,39 +103,17 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   const double flops = 2.0 * tq * tkv * D;
   auto add = [&r](const char* name, double ns, double stage_flops) { r.stages[r.count++] = {name, ns, stage_flops}; };
   r.peak_unit = "FMA";
+  bool timed = false;
 #if defined(FA_HAVE_AMX)
-  const bool on_tiles = DT == DType::kBF16 && D % 32 == 0 && tkv % 32 == 0;  // as amx_tile_path_fits
-  if (on_tiles) {
-    // The amx tile path's stages (amx_tile_path.h), on the same buffers.
-    auto* qb = reinterpret_cast<std::uint32_t*>(w.qt);
-    auto* vt = reinterpret_cast<std::uint32_t*>(w.vbuf);
-    const auto* k16 = reinterpret_cast<const std::uint16_t*>(k.data());
-    const auto* v16 = reinterpret_cast<const std::uint16_t*>(v.data());
-    pack_q_pairs(q.data(), D, tq, tq, D, qb);
-    amx_load_config();
-    auto* kp = reinterpret_cast<std::uint16_t*>(w.kbuf);
-    auto kpack = [&] { pack_k_tiles(k16, D, tkv, tkv, D, kp); };
-    kpack();
-    auto scores = [&] { amx_scores(kp, qb, tq, D, tkv, tq, w.st); };
-    auto vpack = [&] { pack_v_transposed(v16, D, tkv, tkv, D, vt, tkv / 2); };
-    auto rescale = [&] { rescale_output(w, D, nvec, tq); };
-    std::uint32_t* pb = amx_pairs_buffer(w, tq);
-    auto accumulate = [&] { amx_accumulate(vt, tkv / 2, pb, tkv / 2, tq, D, tkv, tq, w.ot); };
-    scores();
-    vpack();
-    add("Q*K^T (AMX tiles)", ns_per_call(scores, cfg.seconds), flops);
-    add("K copy to A-tile order", ns_per_call(kpack, cfg.seconds), 0);
-    add("V transpose to pairs", ns_per_call(vpack, cfg.seconds), 0);
-    auto fused = [&] { softmax_to_pairs(w, tkv, tkv, nvec, tq, 0.18f, pb, tkv / 2); };
-    add("softmax + P to bf16 pairs", ns_per_call(fused, cfg.seconds), 0);
-    for (int i = 0; i < tq; ++i) w.alpha[i] = 0.5f;  // rescale timed as when the max moved
-    add("O rescale (when max moved)", ns_per_call(rescale, cfg.seconds), 0);
-    add("P*V (AMX tiles)", ns_per_call(accumulate, cfg.seconds), flops);
-    _tile_release();
-    r.peak_unit = "AMX";
-  } else
+  if constexpr (DT != DType::kF32) {
+    if (D % 32 == 0 && tkv % 32 == 0) {  // as amx_tile_path_fits
+      time_amx_stages<DT>(cfg, w, q.data(), k.data(), v.data(), add);
+      r.peak_unit = "AMX";
+      timed = true;
+    }
+  }
 #endif
-  {
+  if (!timed)   {
     [[maybe_unused]] auto qk = [&] { gemm<false>(w.kbuf, D, 1, tkv, D, w.qt, tq, nvec, w.st, tq, nullptr); };
     [[maybe_unused]] auto sm = [&] { scaled_softmax_tile<DT>(w, tkv, nvec, tq, 0.18f); };
     [[maybe_unused]] auto pv = [&] { gemm<true>(w.vbuf, 1, D, D, tkv, w.st, tq, nvec, w.ot, tq, w.alpha); };
@@ -140,7 +156,7 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   const double item = ns_per_call([&] { run_item<DT, false>(job, 0, w); }, cfg.seconds);
   r.item_overhead_ns = item - cfg.tiles_per_item * t4;
 #if defined(FA_HAVE_AMX)
-  if (on_tiles) {
+  if (timed) {
     r.peak_gflops_one_thread = amx_peak_one_thread(cfg.seconds);
   } else
 #endif

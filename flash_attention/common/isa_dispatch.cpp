@@ -189,7 +189,7 @@ double measure_matrix_peak_gflops(Isa isa, int threads, double seconds) {
 }
 
 bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim) {
-  return isa == Isa::kAmx && dtype == DType::kBF16 && head_dim % 32 == 0;
+  return isa == Isa::kAmx && dtype != DType::kF32 && head_dim % 32 == 0;
 }
 
 }  // namespace fa

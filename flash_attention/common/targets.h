@@ -66,14 +66,14 @@ inline constexpr TileRow kRecommendedTiles[] = {
 // Qᵀ and Oᵀ [head_dim][tile_q] fp32, Sᵀ/Pᵀ [tile_kv][tile_q] fp32, the K and
 // V tiles [tile_kv][head_dim] (fp32 buffers for 16-bit inputs, the caller's
 // rows read in place for fp32: the same bytes), and three row vectors.  On
-// the matrix unit (amx, bf16) P also lives as bf16 pairs: tile_kv x tile_q
-// 16-bit values more.
-inline std::size_t fa2_working_set_bytes(int tile_q, int tile_kv, int head_dim, bool matrix_unit = false) {
+// the matrix unit (amx) P also lives as bf16 pairs: `matrix_p_bytes` per
+// element of the tile_kv x tile_q tile (2 for bf16, 4 for fp16's two pieces).
+inline std::size_t fa2_working_set_bytes(int tile_q, int tile_kv, int head_dim, int matrix_p_bytes = 0) {
   const std::size_t tq = tile_q, tkv = tile_kv, d = head_dim;
-  return 4 * (2 * d * tq + tkv * tq + 2 * tkv * d + 3 * tq) + (matrix_unit ? 2 * tkv * tq : 0);
+  return 4 * (2 * d * tq + tkv * tq + 2 * tkv * d + 3 * tq) + std::size_t(matrix_p_bytes) * tkv * tq;
 }
 
-// Recommended tiles when the products run on the matrix unit (amx, bf16), by
+// Recommended tiles when the products run on the matrix unit (amx), by
 // the same sweep on a 2-core Xeon with AMX (docs/PERF.md, 2026-12-02): with
 // the tile unit 256 x 128 won with and without a causal mask (longer Q tiles
 // amortize the packing of Q; 64-row causal tiles starve the tiles).

@@ -223,9 +223,10 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
   const std::size_t l2 = cpu_l2_bytes();
   const std::size_t limit = l2 > 0 ? l2 : target->l2_bytes;
   const int D = static_cast<int>(p.head_dim);
-  // The matrix unit (amx, bf16) has its own recommended tiles and keeps P twice.
+  // The matrix unit (amx) has its own recommended tiles and keeps P in pairs too.
   const bool matrix = uses_matrix_unit(isa, dtype, p.head_dim);
-  auto working_set = [&](int q, int kv) { return detail::fa2_working_set_bytes(q, kv, D, matrix); };
+  const int p_bytes = matrix ? (dtype == DType::kF16 ? 4 : 2) : 0;
+  auto working_set = [&](int q, int kv) { return detail::fa2_working_set_bytes(q, kv, D, p_bytes); };
 
   int tq = p.tile_q != 0 ? p.tile_q : detail::kDefaultTileQ;
   int tkv = p.tile_kv != 0 ? p.tile_kv : detail::kDefaultTileKv;

@@ -1,4 +1,5 @@
-// The tile path's products on the AMX tile unit, for bf16 inputs.  Included
+// The tile path's products on the AMX tile unit, for bf16 and fp16 inputs
+// (fp16 as two exact bf16 pieces, see kPieces).  Included
 // by fa2_tile_loop.h inside the amx path's namespace (FA_HAVE_AMX), after the
 // helpers it shares with run_tile: the same item, layouts, masking, online
 // softmax, dropout and epilogue; only the two products move to the tiles.
@@ -18,7 +19,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstring>
 
 namespace fa::FA_KERNEL_NS {
 
@@ -41,9 +41,9 @@ inline void amx_load_config() {
 }
 
 // The amx path's scratch: the common workspace, then P in bf16 pairs
-// (tile_kv / 2 x tile_q 32-bit pairs) after it.
+// (tile_kv / 2 x tile_q 32-bit pairs, twice for fp16's two pieces) after it.
 inline std::size_t amx_workspace_floats(int tq, int tkv, int D) {
-  return Workspace::floats(tq, tkv, D) + pad16(std::size_t(tkv / 2) * tq);
+  return Workspace::floats(tq, tkv, D) + pad16(std::size_t(tkv) * tq);
 }
 inline std::uint32_t* amx_pairs_buffer(const Workspace& w, int tq) {
   return reinterpret_cast<std::uint32_t*>(w.alpha + pad16(tq));
@@ -80,19 +80,97 @@ inline void transpose_16x16_epi32(__m512i r[16]) {
   }
 }
 
+// --- operand pieces ---------------------------------------------------
+// bf16 inputs are one bf16 piece.  fp16 inputs are split exactly into two,
+// x = hi + lo (hi = x rounded to bf16, lo = the rest: an fp16 significand
+// has 11 bits, two bf16 pieces 16), and each product becomes three,
+// hi·hi + hi·lo + lo·hi (the dropped lo·lo is below 2^-16 of the product):
+// fp16 on the tile unit without ever rounding fp16 inputs to bf16.  The
+// probabilities are split the same way for the second product.
+template <DType DT>
+inline constexpr int kPieces = DT == DType::kF16 ? 2 : 1;
+
+// Two fp32 vectors (elements 0-15 and 16-31) as bf16 hi and lo pieces, 32
+// 16-bit values each in element order.
+inline void split_f32(__m512 a, __m512 b, __m512i* hi, __m512i* lo) {
+  const __m512i h = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
+  const __m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(h)), 16));
+  const __m512 hb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1)), 16));
+  *hi = h;
+  *lo = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha)));
+}
+
+// 32 consecutive input elements as bf16 pieces (lo untouched for bf16).
+template <DType DT>
+inline void load_pieces32(const std::uint16_t* src, __m512i* hi, __m512i* lo) {
+  if constexpr (DT == DType::kBF16) {
+    *hi = _mm512_loadu_si512(src);
+  } else {
+    split_f32(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))),
+              _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16))), hi, lo);
+  }
+}
+
+// 16 consecutive input elements as bf16 pieces, zero-extended to 32 bits.
+template <DType DT>
+inline void load_pieces16(const std::uint16_t* src, __m512i* hi, __m512i* lo) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  if constexpr (DT == DType::kBF16) {
+    *hi = _mm512_cvtepu16_epi32(raw);
+  } else {
+    const __m512 x = _mm512_cvtph_ps(raw);
+    const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
+    const __m512i h32 = _mm512_cvtepu16_epi32(h);
+    *hi = h32;
+    *lo = _mm512_cvtepu16_epi32(
+        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_sub_ps(x, _mm512_castsi512_ps(_mm512_slli_epi32(h32, 16))))));
+  }
+}
+
+// --- packing -------------------------------------------------------------
+// Every packed operand holds its hi piece at the pointer given and, for fp16,
+// its lo piece `lo` elements further.
+
 // Qᵀ in pair layout, one B tile per 16 rows and 32 dims laid out
 // contiguously: the pair (Q[r][2p], Q[r][2p + 1]) at
 // qb[(r / 16 * (D / 2) + p) * 16 + r % 16]; rows from `rows` on are zero.
-inline void pack_q_pairs(const char* qbase, std::int64_t q_row_stride, int rows, int width, int D, std::uint32_t* qb) {
+template <DType DT>
+inline void pack_q_pairs(const std::uint16_t* q, std::int64_t q_row_stride, int rows, int width, int D,
+                         std::uint32_t* qb, std::int64_t lo) {
   for (int r0 = 0; r0 < width; r0 += 16) {
     for (int d0 = 0; d0 < D; d0 += 32) {
-      __m512i block[16];
+      __m512i hi_block[16], lo_block[16];
       for (int r = 0; r < 16; ++r) {
-        block[r] = r0 + r < rows ? _mm512_loadu_si512(qbase + (std::int64_t(r0 + r) * q_row_stride + d0) * 2)
-                                 : _mm512_setzero_si512();
+        hi_block[r] = lo_block[r] = _mm512_setzero_si512();
+        if (r0 + r < rows) load_pieces32<DT>(q + std::int64_t(r0 + r) * q_row_stride + d0, &hi_block[r], &lo_block[r]);
       }
-      transpose_16x16_epi32(block);
-      for (int p = 0; p < 16; ++p) _mm512_storeu_si512(qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2 + p) * 16, block[p]);
+      std::uint32_t* out = qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16;
+      transpose_16x16_epi32(hi_block);
+      for (int p = 0; p < 16; ++p) _mm512_storeu_si512(out + p * 16, hi_block[p]);
+      if constexpr (kPieces<DT> == 2) {
+        transpose_16x16_epi32(lo_block);
+        for (int p = 0; p < 16; ++p) _mm512_storeu_si512(out + lo + p * 16, lo_block[p]);
+      }
+    }
+  }
+}
+
+// A K/V tile's keys in A-tile order: the 16 keys x 32 dims of block (c / 16,
+// d / 32) contiguous (16 rows of 64 bytes) at kp[(c / 16 * (D / 32) + d / 32) * 512],
+// keys from `cols` to cols_pad zero.  Read in place, K rows lie a whole
+// token apart (4 KiB for 16 heads of 128 in BSH), so a tile's 16 rows would
+// fall in one L1 set.
+template <DType DT>
+inline void pack_k_tiles(const std::uint16_t* k, std::int64_t k_row_stride, int cols, int cols_pad, int D,
+                         std::uint16_t* kp, std::int64_t lo) {
+  for (int c = 0; c < cols_pad; ++c) {
+    const std::uint16_t* row = k + std::int64_t(c) * k_row_stride;
+    std::uint16_t* out = kp + (std::int64_t(c / 16) * (D / 32)) * 512 + (c % 16) * 32;
+    for (int d0 = 0; d0 < D; d0 += 32) {
+      __m512i hi = _mm512_setzero_si512(), lo_piece = _mm512_setzero_si512();
+      if (c < cols) load_pieces32<DT>(row + d0, &hi, &lo_piece);
+      _mm512_storeu_si512(out + (d0 / 32) * 512, hi);
+      if constexpr (kPieces<DT> == 2) _mm512_storeu_si512(out + lo + (d0 / 32) * 512, lo_piece);
     }
   }
 }
@@ -100,42 +178,60 @@ inline void pack_q_pairs(const char* qbase, std::int64_t q_row_stride, int rows,
 // Vᵀ of one K/V tile: vt[d][c / 2] = (V[c][d], V[c + 1][d]) as 32-bit pairs,
 // i.e. row d of Vᵀ in bf16, for c < cols_pad; keys from `cols` on are zero
 // (their probabilities are zero too, and 0 * garbage could be NaN).
+template <DType DT>
 inline void pack_v_transposed(const std::uint16_t* v, std::int64_t v_row_stride, int cols, int cols_pad, int D,
-                              std::uint32_t* vt, int ldvt) {
+                              std::uint32_t* vt, int ldvt, std::int64_t lo) {
   for (int c0 = 0; c0 < cols_pad; c0 += 32) {
     for (int d0 = 0; d0 < D; d0 += 16) {
-      __m512i block[16];
+      __m512i hi_block[16], lo_block[16];
       for (int p = 0; p < 16; ++p) {
         const int c = c0 + 2 * p;
-        const __m512i even = c < cols ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(
-                                            reinterpret_cast<const __m256i*>(v + std::int64_t(c) * v_row_stride + d0)))
-                                      : _mm512_setzero_si512();
-        const __m512i odd = c + 1 < cols ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                                               v + std::int64_t(c + 1) * v_row_stride + d0)))
-                                         : _mm512_setzero_si512();
-        block[p] = _mm512_or_si512(even, _mm512_slli_epi32(odd, 16));
+        __m512i even_hi = _mm512_setzero_si512(), even_lo = even_hi, odd_hi = even_hi, odd_lo = even_hi;
+        if (c < cols) load_pieces16<DT>(v + std::int64_t(c) * v_row_stride + d0, &even_hi, &even_lo);
+        if (c + 1 < cols) load_pieces16<DT>(v + std::int64_t(c + 1) * v_row_stride + d0, &odd_hi, &odd_lo);
+        hi_block[p] = _mm512_or_si512(even_hi, _mm512_slli_epi32(odd_hi, 16));
+        lo_block[p] = _mm512_or_si512(even_lo, _mm512_slli_epi32(odd_lo, 16));
       }
-      transpose_16x16_epi32(block);
-      for (int d = 0; d < 16; ++d) _mm512_storeu_si512(vt + std::int64_t(d0 + d) * ldvt + c0 / 2, block[d]);
+      transpose_16x16_epi32(hi_block);
+      for (int d = 0; d < 16; ++d) _mm512_storeu_si512(vt + std::int64_t(d0 + d) * ldvt + c0 / 2, hi_block[d]);
+      if constexpr (kPieces<DT> == 2) {
+        transpose_16x16_epi32(lo_block);
+        for (int d = 0; d < 16; ++d) _mm512_storeu_si512(vt + lo + std::int64_t(d0 + d) * ldvt + c0 / 2, lo_block[d]);
+      }
     }
   }
 }
 
-// Pᵀ [cols][tq] fp32 -> bf16 pairs, one B tile per 16 rows and 32 keys laid
-// out contiguously (16 pair rows of 64 bytes): pair (c, c + 1) of row r at
+// The probabilities of keys c and c + 1 for 16 rows as one row of B-tile
+// pairs (bf16, nearest even; for fp16 inputs a hi and a lo piece).
+alignas(64) inline constexpr std::uint16_t kInterleavePairs[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                                   21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                                   11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+template <int kP>
+inline void store_p_pairs(__m512 p0, __m512 p1, std::uint32_t* out, std::int64_t lo) {
+  const __m512i idx = _mm512_load_si512(kInterleavePairs);
+  if constexpr (kP == 1) {
+    _mm512_storeu_si512(out, _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(p1, p0))));
+  } else {
+    __m512i hi, lo_piece;
+    split_f32(p0, p1, &hi, &lo_piece);
+    _mm512_storeu_si512(out, _mm512_permutexvar_epi16(idx, hi));
+    _mm512_storeu_si512(out + lo, _mm512_permutexvar_epi16(idx, lo_piece));
+  }
+}
+
+// Pᵀ [cols][tq] fp32 -> pairs, one B tile per 16 rows and 32 keys laid out
+// contiguously (16 pair rows of 64 bytes): pair (c, c + 1) of row r at
 // pb[(r / 16 * ldp + c / 2) * 16 + r % 16], ldp = tile_kv / 2.  Keys from
 // `cols` to cols_pad are zero.
-inline void pack_p_pairs(const float* st, int cols, int cols_pad, int nvec, int tq, std::uint32_t* pb, int ldp) {
-  alignas(64) static constexpr std::uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
-                                                                 21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
-                                                                 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i idx = _mm512_load_si512(kInterleave);
+template <int kP>
+inline void pack_p_pairs(const float* st, int cols, int cols_pad, int nvec, int tq, std::uint32_t* pb, int ldp,
+                         std::int64_t lo) {
   for (int j = 0; j < nvec; ++j) {  // each row block's pairs written in order
     for (int c = 0; c < cols_pad; c += 2) {
       const __m512 p0 = c < cols ? _mm512_loadu_ps(st + std::int64_t(c) * tq + j * 16) : _mm512_setzero_ps();
       const __m512 p1 = c + 1 < cols ? _mm512_loadu_ps(st + std::int64_t(c + 1) * tq + j * 16) : _mm512_setzero_ps();
-      const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(p1, p0));  // p0 low half, p1 high
-      _mm512_storeu_si512(pb + (std::int64_t(j) * ldp + c / 2) * 16, _mm512_permutexvar_epi16(idx, both));
+      store_p_pairs<kP>(p0, p1, pb + (std::int64_t(j) * ldp + c / 2) * 16, lo);
     }
   }
 }
@@ -146,12 +242,9 @@ inline void pack_p_pairs(const float* st, int cols, int cols_pad, int nvec, int 
 // as online_softmax_tile<true> followed by pack_p_pairs (exp2 in fp32: an
 // fp16 exp2 would be cheaper and P is rounded to bf16 anyway, but the row
 // sums, and so the LSE, would carry fp16 rounding, measured above 1e-4).
+template <int kP>
 inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nvec, int tq, float scale,
-                             std::uint32_t* pb, int ldp) {
-  alignas(64) static constexpr std::uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
-                                                                 21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
-                                                                 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i idx = _mm512_load_si512(kInterleave);
+                             std::uint32_t* pb, int ldp, std::int64_t lo) {
   const __m512 vscale = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(kNegInf), zero = _mm512_setzero_ps();
   for (int j = 0; j < nvec; j += 2) {
     const bool pair = j + 1 < nvec;  // else only the first row block
@@ -185,12 +278,8 @@ inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nve
       probabilities(c + 1, a1, b1);
       sum_a = _mm512_add_ps(sum_a, _mm512_add_ps(a0, a1));
       sum_b = _mm512_add_ps(sum_b, _mm512_add_ps(b0, b1));
-      _mm512_storeu_si512(out_a + (c / 2) * 16,
-                          _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(a1, a0))));
-      if (pair) {
-        _mm512_storeu_si512(out_b + (c / 2) * 16,
-                            _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b1, b0))));
-      }
+      store_p_pairs<kP>(a0, a1, out_a + (c / 2) * 16, lo);
+      if (pair) store_p_pairs<kP>(b0, b1, out_b + (c / 2) * 16, lo);
     }
     const __m512 alpha_a = Vec::exp2(_mm512_sub_ps(m_old_a, m_sub_a));
     _mm512_storeu_ps(w.alpha + j * 16, alpha_a);
@@ -205,30 +294,70 @@ inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nve
   }
 }
 
-// A K/V tile's keys in A-tile order: the 16 keys x 32 dims of block (c / 16,
-// d / 32) contiguous (16 rows of 64 bytes) at kp[(c / 16 * (D / 32) + d / 32) * 512],
-// keys from `cols` to cols_pad zero.  Read in place, K rows lie a whole
-// token apart (4 KiB for 16 heads of 128 in BSH), so a tile's 16 rows would
-// fall in one L1 set.
-inline void pack_k_tiles(const std::uint16_t* k, std::int64_t k_row_stride, int cols, int cols_pad, int D,
-                         std::uint16_t* kp) {
-  for (int c = 0; c < cols_pad; ++c) {
-    const std::uint16_t* row = k + std::int64_t(c) * k_row_stride;
-    std::uint16_t* out = kp + (std::int64_t(c / 16) * (D / 32)) * 512 + (c % 16) * 32;
-    for (int d0 = 0; d0 < D; d0 += 32) {
-      _mm512_storeu_si512(out + (d0 / 32) * 512, c < cols ? _mm512_loadu_si512(row + d0) : _mm512_setzero_si512());
-    }
+// --- products ------------------------------------------------------------
+// C tiles 0-3 += A tiles 4-5 x B tiles 6-7 (the 2 x 2 block that keeps four
+// accumulators live); with two pieces, hi·hi, hi·lo and lo·hi in turn.
+template <int kP>
+inline void block_2x2(const void* a0, const void* a1, std::int64_t a_lo, std::int64_t a_stride, const void* b0,
+                      const void* b1, std::int64_t b_lo, std::int64_t b_stride) {
+  _tile_loadd(4, a0, a_stride);
+  _tile_loadd(5, a1, a_stride);
+  _tile_loadd(6, b0, b_stride);
+  _tile_loadd(7, b1, b_stride);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+  if constexpr (kP == 2) {
+    _tile_loadd(6, static_cast<const char*>(b0) + b_lo, b_stride);
+    _tile_loadd(7, static_cast<const char*>(b1) + b_lo, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+    _tile_loadd(4, static_cast<const char*>(a0) + a_lo, a_stride);
+    _tile_loadd(5, static_cast<const char*>(a1) + a_lo, a_stride);
+    _tile_loadd(6, b0, b_stride);
+    _tile_loadd(7, b1, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
   }
 }
 
-// Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols_pad, r < width; K in A-tile order.
-inline void amx_scores(const std::uint16_t* kp, const std::uint32_t* qb, int tq, int D, int cols_pad, int width,
-                       float* st) {
-  constexpr std::int64_t kb = 64;
-  const std::int64_t sts = std::int64_t(tq) * 4;
+// C tiles 0 and 2 += A tiles 4-5 x B tile 6: the last 16 rows of an odd count.
+template <int kP>
+inline void block_2x1(const void* a0, const void* a1, std::int64_t a_lo, std::int64_t a_stride, const void* b0,
+                      std::int64_t b_lo, std::int64_t b_stride) {
+  _tile_loadd(4, a0, a_stride);
+  _tile_loadd(5, a1, a_stride);
+  _tile_loadd(6, b0, b_stride);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(2, 5, 6);
+  if constexpr (kP == 2) {
+    _tile_loadd(6, static_cast<const char*>(b0) + b_lo, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_loadd(4, static_cast<const char*>(a0) + a_lo, a_stride);
+    _tile_loadd(5, static_cast<const char*>(a1) + a_lo, a_stride);
+    _tile_loadd(6, b0, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(2, 5, 6);
+  }
+}
+
+// Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols_pad, r < width; K in A-tile
+// order (lo piece k_lo elements on), Qᵀ in B-tile order (q_lo on).
+template <int kP>
+inline void amx_scores(const std::uint16_t* kp, std::int64_t k_lo, const std::uint32_t* qb, std::int64_t q_lo, int tq,
+                       int D, int cols_pad, int width, float* st) {
+  const std::int64_t sts = std::int64_t(tq) * 4, a_lo = k_lo * 2, b_lo = q_lo * 4;
   for (int c0 = 0; c0 < cols_pad; c0 += 32) {
     const std::uint16_t* k0 = kp + std::int64_t(c0 / 16) * (D / 32) * 512;
     const std::uint16_t* k1 = k0 + std::int64_t(D / 32) * 512;
+    float* s0 = st + std::int64_t(c0) * tq;
+    float* s1 = s0 + 16 * std::int64_t(tq);
     int r0 = 0;
     for (; r0 + 32 <= width; r0 += 32) {
       _tile_zero(0);
@@ -236,40 +365,34 @@ inline void amx_scores(const std::uint16_t* kp, const std::uint32_t* qb, int tq,
       _tile_zero(2);
       _tile_zero(3);
       for (int d0 = 0; d0 < D; d0 += 32) {
-        _tile_loadd(4, k0 + (d0 / 32) * 512, kb);
-        _tile_loadd(5, k1 + (d0 / 32) * 512, kb);
-        _tile_loadd(6, qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16, 64);
-        _tile_loadd(7, qb + (std::int64_t(r0 / 16 + 1) * (D / 2) + d0 / 2) * 16, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        block_2x2<kP>(k0 + (d0 / 32) * 512, k1 + (d0 / 32) * 512, a_lo, 64,
+                      qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16,
+                      qb + (std::int64_t(r0 / 16 + 1) * (D / 2) + d0 / 2) * 16, b_lo, 64);
       }
-      _tile_stored(0, st + std::int64_t(c0) * tq + r0, sts);
-      _tile_stored(1, st + std::int64_t(c0) * tq + r0 + 16, sts);
-      _tile_stored(2, st + std::int64_t(c0 + 16) * tq + r0, sts);
-      _tile_stored(3, st + std::int64_t(c0 + 16) * tq + r0 + 16, sts);
+      _tile_stored(0, s0 + r0, sts);
+      _tile_stored(1, s0 + r0 + 16, sts);
+      _tile_stored(2, s1 + r0, sts);
+      _tile_stored(3, s1 + r0 + 16, sts);
     }
     if (r0 < width) {  // a last block of 16 rows
       _tile_zero(0);
       _tile_zero(2);
       for (int d0 = 0; d0 < D; d0 += 32) {
-        _tile_loadd(4, k0 + (d0 / 32) * 512, kb);
-        _tile_loadd(5, k1 + (d0 / 32) * 512, kb);
-        _tile_loadd(6, qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(2, 5, 6);
+        block_2x1<kP>(k0 + (d0 / 32) * 512, k1 + (d0 / 32) * 512, a_lo, 64,
+                      qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16, b_lo, 64);
       }
-      _tile_stored(0, st + std::int64_t(c0) * tq + r0, sts);
-      _tile_stored(2, st + std::int64_t(c0 + 16) * tq + r0, sts);
+      _tile_stored(0, s0 + r0, sts);
+      _tile_stored(2, s1 + r0, sts);
     }
   }
 }
 
-// Oᵀ[d][r] += sum_c Vᵀ[d][c] Pᵀ[c][r] for d < D, r < width, c < cols_pad.
-inline void amx_accumulate(const std::uint32_t* vt, int ldvt, const std::uint32_t* pb, int ldp, int tq, int D,
-                           int cols_pad, int width, float* ot) {
-  const std::int64_t vts = std::int64_t(ldvt) * 4, ots = std::int64_t(tq) * 4;
+// Oᵀ[d][r] += sum_c Vᵀ[d][c] Pᵀ[c][r] for d < D, r < width, c < cols_pad;
+// Vᵀ rows of ldvt pairs (lo piece v_lo on), P in B-tile order (p_lo on).
+template <int kP>
+inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo, const std::uint32_t* pb, int ldp,
+                           std::int64_t p_lo, int tq, int D, int cols_pad, int width, float* ot) {
+  const std::int64_t vts = std::int64_t(ldvt) * 4, ots = std::int64_t(tq) * 4, a_lo = v_lo * 4, b_lo = p_lo * 4;
   for (int d0 = 0; d0 < D; d0 += 32) {
     float* o0 = ot + std::int64_t(d0) * tq;
     float* o1 = o0 + 16 * std::int64_t(tq);
@@ -282,14 +405,8 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, const std::uint32_
       _tile_loadd(2, o1 + r0, ots);
       _tile_loadd(3, o1 + r0 + 16, ots);
       for (int c0 = 0; c0 < cols_pad; c0 += 32) {
-        _tile_loadd(4, v0 + c0 / 2, vts);
-        _tile_loadd(5, v1 + c0 / 2, vts);
-        _tile_loadd(6, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16, 64);
-        _tile_loadd(7, pb + (std::int64_t(r0 / 16 + 1) * ldp + c0 / 2) * 16, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        block_2x2<kP>(v0 + c0 / 2, v1 + c0 / 2, a_lo, vts, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16,
+                      pb + (std::int64_t(r0 / 16 + 1) * ldp + c0 / 2) * 16, b_lo, 64);
       }
       _tile_stored(0, o0 + r0, ots);
       _tile_stored(1, o0 + r0 + 16, ots);
@@ -300,11 +417,7 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, const std::uint32_
       _tile_loadd(0, o0 + r0, ots);
       _tile_loadd(2, o1 + r0, ots);
       for (int c0 = 0; c0 < cols_pad; c0 += 32) {
-        _tile_loadd(4, v0 + c0 / 2, vts);
-        _tile_loadd(5, v1 + c0 / 2, vts);
-        _tile_loadd(6, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(2, 5, 6);
+        block_2x1<kP>(v0 + c0 / 2, v1 + c0 / 2, a_lo, vts, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16, b_lo, 64);
       }
       _tile_stored(0, o0 + r0, ots);
       _tile_stored(2, o1 + r0, ots);
@@ -326,12 +439,13 @@ inline void rescale_output(const Workspace& w, int D, int nvec, int tq) {
   }
 }
 
-// write_tile_outputs for bf16 O in 16 x 16 blocks: Oᵀ transposed in
-// registers, divided by the row sums, rounded to bf16 (nearest even) and
-// stored 16 values at a time.  Split-KV partials take the common epilogue.
-inline void write_outputs_bf16(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+// write_tile_outputs for 16-bit O in 16 x 16 blocks: Oᵀ transposed in
+// registers, divided by the row sums, rounded (nearest even) and stored 16
+// values at a time.  Split-KV partials take the common epilogue.
+template <DType DT>
+inline void write_outputs_16bit(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   if (job.num_splits > 1) {
-    write_tile_outputs<DType::kBF16>(job, w, it);
+    write_tile_outputs<DT>(job, w, it);
     return;
   }
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q;
@@ -345,26 +459,38 @@ inline void write_outputs_bf16(const Fa2Job& job, const Workspace& w, const Tile
       transpose_16x16_epi32(block);  // block[r]: row r0 + r, dims d0 .. d0 + 15
       for (int r = 0; r < n; ++r) {
         const __m512 o = _mm512_div_ps(_mm512_castsi512_ps(block[r]), _mm512_set1_ps(row_denominator(w.l[r0 + r])));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(obase + std::int64_t(r0 + r) * job.o_strides[2] + d0),
-                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(o)));
+        __m256i out;
+        if constexpr (DT == DType::kBF16) {
+          out = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(o));
+        } else {
+          out = _mm512_cvtps_ph(o, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        }
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(obase + std::int64_t(r0 + r) * job.o_strides[2] + d0), out);
       }
     }
   }
   write_tile_lse(job, w, it);
 }
 
-template <bool kPrefetch>
+// One item of the tile path with both products on the tile unit (bf16, or
+// fp16 in two pieces).  Scratch: Qᵀ pieces in Qᵀ's space, K pieces in the K
+// buffer, Vᵀ pieces in the V buffer, P pieces after the common workspace.
+template <DType DT, bool kPrefetch>
 void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+  constexpr int kP = kPieces<DT>;
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, tkv = job.tile_kv;
   const int rows = it.rows, nvec = it.nvec, width = nvec * 16;
   const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
   const auto* k16 = reinterpret_cast<const std::uint16_t*>(it.kbase);
   const auto* v16 = reinterpret_cast<const std::uint16_t*>(it.vbase);
-  auto* qb = reinterpret_cast<std::uint32_t*>(w.qt);     // [D / 2][tq] pairs (fits Qᵀ's fp32 space)
-  auto* kpack = reinterpret_cast<std::uint16_t*>(w.kbuf);  // the K tile in A-tile order
-  auto* vt = reinterpret_cast<std::uint32_t*>(w.vbuf);    // [D][tkv / 2] pairs
-  std::uint32_t* pb = amx_pairs_buffer(w, tq);            // P in B-tile order
-  pack_q_pairs(it.qbase, job.q_strides[2], rows, width, D, qb);
+  auto* qb = reinterpret_cast<std::uint32_t*>(w.qt);
+  auto* kpack = reinterpret_cast<std::uint16_t*>(w.kbuf);
+  auto* vt = reinterpret_cast<std::uint32_t*>(w.vbuf);
+  std::uint32_t* pb = amx_pairs_buffer(w, tq);
+  // Where each lo piece starts, in elements of its buffer.
+  const std::int64_t q_lo = std::int64_t(tq) * (D / 2), k_lo = std::int64_t(tkv) * D, v_lo = std::int64_t(D) * (tkv / 2),
+                     p_lo = std::int64_t(tq) * (tkv / 2);
+  pack_q_pairs<DT>(reinterpret_cast<const std::uint16_t*>(it.qbase), job.q_strides[2], rows, width, D, qb, q_lo);
   init_tile_state(job, w, it);
   amx_load_config();
   for (std::int64_t j0 = it.kv_begin; j0 < it.kv_end; j0 += tkv) {
@@ -378,22 +504,24 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
         prefetch_rows(it.vbase + j1 * vs * 2, vs * 2, next, D * 2);
       }
     }
-    pack_k_tiles(k16 + j0 * ks, ks, cols, cols_pad, D, kpack);
-    amx_scores(kpack, qb, tq, D, cols_pad, width, w.st);
-    pack_v_transposed(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2);
+    pack_k_tiles<DT>(k16 + j0 * ks, ks, cols, cols_pad, D, kpack, k_lo);
+    amx_scores<kP>(kpack, k_lo, qb, q_lo, tq, D, cols_pad, width, w.st);
+    pack_v_transposed<DT>(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2, v_lo);
 
-    if (job.dropout.active) {  // dropout works on the fp32 P, then it is packed
-      softmax_raw_tile<DType::kBF16>(job, w, it, j0, cols);
-      pack_p_pairs(w.st, cols, cols_pad, nvec, tq, pb, tkv / 2);
+    // Dropout works on the fp32 P, and the fp16 softmax of an OFF build
+    // (kHalfSoftmax) is the common one: both pack P afterwards.
+    if (job.dropout.active || kHalfSoftmax<DT>) {
+      softmax_raw_tile<DT>(job, w, it, j0, cols);
+      pack_p_pairs<kP>(w.st, cols, cols_pad, nvec, tq, pb, tkv / 2, p_lo);
     } else {
       const float scale = prepare_scores(job, w, it, j0, cols);
-      softmax_to_pairs(w, cols, cols_pad, nvec, tq, scale, pb, tkv / 2);
+      softmax_to_pairs<kP>(w, cols, cols_pad, nvec, tq, scale, pb, tkv / 2, p_lo);
     }
     rescale_output(w, D, nvec, tq);
-    amx_accumulate(vt, tkv / 2, pb, tkv / 2, tq, D, cols_pad, width, w.ot);
+    amx_accumulate<kP>(vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, cols_pad, width, w.ot);
   }
   _tile_release();
-  write_outputs_bf16(job, w, it);
+  write_outputs_16bit<DT>(job, w, it);
 }
 
 // TDPBF16PS throughput of this thread's tile unit, GFLOP/s: four independent

@@ -761,9 +761,9 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
 
   const TileItem it{b, h, bh, split, i0, kv_begin, kv_end, rows, nvec, qbase, kbase, vbase};
 #if defined(FA_HAVE_AMX)
-  if constexpr (DT == DType::kBF16) {
+  if constexpr (DT != DType::kF32) {
     if (amx_tile_path_fits(job)) {
-      run_tile_amx<kPrefetch>(job, w, it);
+      run_tile_amx<DT, kPrefetch>(job, w, it);
       return;
     }
   }

@@ -49,7 +49,7 @@ CASES = {
     "tile_not_power_of_two": (lambda d: ["--tile-q=100"], "--tile-q: 100 is not a valid tile (expected a power of two"),
     "tile_too_large": (lambda d: ["--tile-kv=1024"], "--tile-kv: 1024 is not a valid tile"),
     "zero_runs": (lambda d: ["--num-runs=0"], "--num-runs: 0 is out of range"),
-    "tiles_exceed_l2": (lambda d: ["--head-dim=256", "--tile-q=512", "--tile-kv=512"],
+    "tiles_exceed_l2": (lambda d: ["--dtype=fp32", "--head-dim=256", "--tile-q=512", "--tile-kv=512"],
                         "Error: Resource usage exceeds device limit. L2 working set: 3078 KiB per thread"),
     "bad_num_splits": (lambda d: ["--num-splits=0"], "--num-splits: 0 is out of range"),
     "unknown_reference": (lambda d: ["--reference=fp8"], "--reference: unknown reference 'fp8'"),

@@ -115,30 +115,33 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, RandomShapes, ::testing::Combine(kPaths, kDty
                                   std::to_string(std::get<2>(info.param));
                          });
 
-// The shapes the amx path runs on its tile unit (bf16, head_dim a multiple
-// of 32, K/V tiles of 32 keys or more), every other option random as above;
-// the other paths run the same cases through their own code.
-class MatrixUnitShapes : public ::testing::TestWithParam<std::tuple<fa::Isa, int>> {};
+// The shapes the amx path runs on its tile unit (bf16, and fp16 in two bf16
+// pieces; head_dim a multiple of 32, K/V tiles of 32 keys or more), every
+// other option random as above; the other paths run the same cases through
+// their own code.
+class MatrixUnitShapes : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, int>> {};
 
 TEST_P(MatrixUnitShapes, MatchesFloat64Reference) {
-  const auto [isa, index] = GetParam();
+  const auto [isa, dtype, index] = GetParam();
   skip_unless_available(isa);
-  const std::uint32_t seed = 50000u + static_cast<std::uint32_t>(index) * 7919u;
-  CaseSpec c = random_case(DType::kBF16, seed);
+  const std::uint32_t seed = 50000u + static_cast<std::uint32_t>(index) * 7919u + static_cast<std::uint32_t>(dtype);
+  CaseSpec c = random_case(dtype, seed);
   std::mt19937 rng(seed ^ 0x9e3779b9u);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   c.params.head_dim = 32 * pick(1, 8);
   c.params.tile_kv = 32 << pick(0, 3);
   if (isa == fa::Isa::kAmx) {
-    EXPECT_TRUE(fa::uses_matrix_unit(isa, DType::kBF16, c.params.head_dim));
+    EXPECT_TRUE(fa::uses_matrix_unit(isa, dtype, c.params.head_dim));
   }
   expect_matches_reference(c, isa);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllPaths, MatrixUnitShapes, ::testing::Combine(kPaths, ::testing::Range(0, 30)),
+INSTANTIATE_TEST_SUITE_P(AllPaths, MatrixUnitShapes,
+                         ::testing::Combine(kPaths, ::testing::Values(DType::kBF16, DType::kF16), ::testing::Range(0, 25)),
                          [](const auto& info) {
                            return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
-                                  std::to_string(std::get<1>(info.param));
+                                  std::string(fa::dtype_name(std::get<1>(info.param))) + "_" +
+                                  std::to_string(std::get<2>(info.param));
                          });
 
 // A direct call with chosen inputs; returns O as float and the LSE.

@@ -33,8 +33,10 @@ TEST(Planner, WorkingSetArithmetic) {
   // Qᵀ + Oᵀ: 2 x 64 x 128; Sᵀ: 64 x 128; K + V: 2 x 64 x 64; rows: 3 x 128; all fp32.
   EXPECT_EQ(fa::detail::fa2_working_set_bytes(128, 64, 64), 4u * (16384 + 8192 + 8192 + 384));
   EXPECT_EQ(fa::detail::fa2_working_set_bytes(16, 16, 8), 4u * (256 + 256 + 256 + 48));
-  // On the matrix unit P is kept in bf16 pairs as well: 64 x 128 x 2 bytes more.
-  EXPECT_EQ(fa::detail::fa2_working_set_bytes(128, 64, 64, true), 4u * (16384 + 8192 + 8192 + 384) + 2u * 8192);
+  // On the matrix unit P is kept in bf16 pairs as well: 64 x 128 x 2 bytes more
+  // (x 4 for fp16's two pieces).
+  EXPECT_EQ(fa::detail::fa2_working_set_bytes(128, 64, 64, 2), 4u * (16384 + 8192 + 8192 + 384) + 2u * 8192);
+  EXPECT_EQ(fa::detail::fa2_working_set_bytes(128, 64, 64, 4), 4u * (16384 + 8192 + 8192 + 384) + 4u * 8192);
 }
 
 // Whether a bf16 plan of this head_dim runs on the matrix unit here (the amx
@@ -53,7 +55,7 @@ TEST(Planner, RequestedPlanThatFitsIsKept) {
   EXPECT_EQ(plan.tile_q, 128);
   EXPECT_EQ(plan.tile_kv, 64);
   EXPECT_EQ(plan.source, "caller");
-  EXPECT_EQ(plan.working_set_bytes, fa::detail::fa2_working_set_bytes(128, 64, 64, bf16_on_matrix_unit(p)));
+  EXPECT_EQ(plan.working_set_bytes, fa::detail::fa2_working_set_bytes(128, 64, 64, bf16_on_matrix_unit(p) ? 2 : 0));
   EXPECT_GT(plan.limit_bytes, 0u);
 }
 
@@ -62,7 +64,9 @@ TEST(Planner, RequestedPlanBeyondTheBudgetIsRefusedWithTheGuidesMessage) {
   p.tile_q = 512;
   p.tile_kv = 512;
   fa::TilePlan plan;
-  const fa::Status s = fa::fa2_plan(p, fa::DType::kF16, &plan);
+  // fp32: the vector unit's working set on every path (fp16 on the amx
+  // path keeps P in bf16 pieces as well, 1 MiB more).
+  const fa::Status s = fa::fa2_plan(p, fa::DType::kF32, &plan);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.message().rfind("Error: Resource usage exceeds device limit.", 0), 0u) << s.message();
   EXPECT_NE(s.message().find("3078 KiB per thread"), std::string::npos) << s.message();
@@ -85,7 +89,7 @@ TEST(Planner, AutoUsesTheTargetTableAndShrinksToFit) {
   EXPECT_LE(plan.working_set_bytes, plan.limit_bytes);
   const bool matrix = bf16_on_matrix_unit(p);  // the amx path has a table of its own
   const fa::detail::TileRow& row = matrix ? fa::detail::kMatrixUnitTiles[0] : fa::detail::kRecommendedTiles[1];
-  if (fa::detail::fa2_working_set_bytes(row.tile_q, row.tile_kv, 64, matrix) <= plan.limit_bytes) {
+  if (fa::detail::fa2_working_set_bytes(row.tile_q, row.tile_kv, 64, matrix ? 2 : 0) <= plan.limit_bytes) {
     EXPECT_EQ(plan.tile_q, row.tile_q);
     EXPECT_EQ(plan.tile_kv, row.tile_kv);
   }

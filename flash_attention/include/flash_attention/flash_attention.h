@@ -86,8 +86,8 @@ FA_API std::optional<Layout> parse_layout(std::string_view name);
 
 // Kernel paths, from the portable one up.  `generic` is SSE2 (every x86-64
 // CPU); `avx2` needs AVX2+FMA+F16C; `avx512` needs AVX-512 F/BW/VL/DQ; `amx`
-// needs AMX-TILE+AMX-BF16 and AVX512-BF16 on top, and runs bf16 products on
-// the tile unit (fp32 and fp16 calls run its AVX-512 code).
+// needs AMX-TILE+AMX-BF16, AVX512-BF16 and AVX512-FP16 on top, and runs the
+// bf16 and fp16 products on the tile unit (fp32 calls run its AVX-512 code).
 enum class Isa { kGeneric, kAvx2, kAvx512, kAmx };
 
 FA_API std::string_view isa_name(Isa isa);
@@ -247,8 +247,9 @@ FA_API double measure_fma_peak_gflops(Isa isa, int threads, double seconds);
 FA_API double measure_matrix_peak_gflops(Isa isa, int threads, double seconds);
 
 // True when a call of this dtype and head_dim on `isa` runs its products on
-// the matrix unit: the amx path for bf16 with head_dim a multiple of 32 (and
-// K/V tiles of at least 32 keys); query tiles of at most 4 rows run on the
+// the matrix unit: the amx path for bf16, and for fp16 split exactly into two
+// bf16 pieces (three products each), with head_dim a multiple of 32 (and K/V
+// tiles of at least 32 keys); query tiles of at most 4 rows run on the
 // vector unit whatever the path.
 FA_API bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim);
 
