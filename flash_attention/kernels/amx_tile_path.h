@@ -30,6 +30,10 @@ struct alignas(64) AmxConfig {
   std::uint8_t rows[16];
 };
 
+// LDTILECFG through an operand that covers all 64 bytes: GCC 12's
+// _tile_loadconfig declares a read of only 8, so the compiler may drop the
+// stores of the rows and column widths as dead, leaving tiles unconfigured
+// (the next tile instruction then faults).
 inline void amx_load_config() {
   AmxConfig cfg{};
   cfg.palette = 1;
@@ -37,7 +41,7 @@ inline void amx_load_config() {
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;
   }
-  _tile_loadconfig(&cfg);
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
 // The amx path's scratch: the common workspace, then P in bf16 pairs
