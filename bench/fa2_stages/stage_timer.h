@@ -51,7 +51,7 @@ void time_amx_stages(const bench::StageConfig& cfg, const Workspace& w, const ch
   auto kpack = [&] { pack_k_tiles<DT>(k16, D, tkv, tkv, D, kp, k_lo); };
   auto scores = [&] { amx_scores<kP>(kp, k_lo, qb, q_lo, tq, D, tkv, tq, w.st); };
   auto vpack = [&] { pack_v_transposed<DT>(v16, D, tkv, tkv, D, vt, tkv / 2, v_lo); };
-  auto fused = [&] { softmax_to_pairs<kP>(w, tkv, tkv, nvec, tq, 0.18f, pb, tkv / 2, p_lo); };
+  auto fused = [&] { softmax_to_pairs<kP, kHalfSoftmax<DT>>(w, tkv, tkv, nvec, tq, 0.18f, pb, tkv / 2, p_lo); };
   auto rescale = [&] { rescale_output(w, D, nvec, tq); };
   auto accumulate = [&] { amx_accumulate<kP>(vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, tkv, tq, w.ot); };
   kpack();
@@ -60,7 +60,8 @@ void time_amx_stages(const bench::StageConfig& cfg, const Workspace& w, const ch
   add(kP == 1 ? "Q*K^T (AMX tiles)" : "Q*K^T (AMX, 3 products)", ns_per_call(scores, cfg.seconds), flops);
   add(kP == 1 ? "K copy to A-tile order" : "K split+copy to A tiles", ns_per_call(kpack, cfg.seconds), 0);
   add(kP == 1 ? "V transpose to pairs" : "V split+transpose", ns_per_call(vpack, cfg.seconds), 0);
-  add(kP == 1 ? "softmax + P to bf16 pairs" : "softmax + P split to pairs", ns_per_call(fused, cfg.seconds), 0);
+  add(kHalfSoftmax<DT> ? "fp16-exp softmax + P split" : kP == 1 ? "softmax + P to bf16 pairs" : "softmax + P split to pairs",
+      ns_per_call(fused, cfg.seconds), 0);
   for (int i = 0; i < tq; ++i) w.alpha[i] = 0.5f;  // rescale timed as when the max moved
   add("O rescale (when max moved)", ns_per_call(rescale, cfg.seconds), 0);
   add(kP == 1 ? "P*V (AMX tiles)" : "P*V (AMX, 3 products)", ns_per_call(accumulate, cfg.seconds), flops);

@@ -246,7 +246,9 @@ inline void pack_p_pairs(const float* st, int cols, int cols_pad, int nvec, int 
 // as online_softmax_tile<true> followed by pack_p_pairs (exp2 in fp32: an
 // fp16 exp2 would be cheaper and P is rounded to bf16 anyway, but the row
 // sums, and so the LSE, would carry fp16 rounding, measured above 1e-4).
-template <int kP>
+// kHalfExp (fp16 inputs in an FA_MIXED_PRECISION_SOFTMAX=OFF build): exp2 in
+// fp16 arithmetic, 32 rows per instruction (half_softmax.h).
+template <int kP, bool kHalfExp = false>
 inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nvec, int tq, float scale,
                              std::uint32_t* pb, int ldp, std::int64_t lo) {
   const __m512 vscale = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(kNegInf), zero = _mm512_setzero_ps();
@@ -270,8 +272,18 @@ inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nve
         pa = pbv = zero;
         return;
       }
-      pa = Vec::exp2(_mm512_fmadd_ps(_mm512_loadu_ps(col_a + std::int64_t(c) * tq), vscale, neg_a));
-      pbv = pair ? Vec::exp2(_mm512_fmadd_ps(_mm512_loadu_ps(col_b + std::int64_t(c) * tq), vscale, neg_b)) : zero;
+      const __m512 xa = _mm512_fmadd_ps(_mm512_loadu_ps(col_a + std::int64_t(c) * tq), vscale, neg_a);
+      const __m512 xb = pair ? _mm512_fmadd_ps(_mm512_loadu_ps(col_b + std::int64_t(c) * tq), vscale, neg_b) : zero;
+#if defined(FA_HAVE_AVX512FP16)
+      if constexpr (kHalfExp) {
+        const __m512h p = exp2_half(join_half(xa, xb));
+        pa = low_half(p);
+        pbv = pair ? high_half(p) : zero;
+        return;
+      }
+#endif
+      pa = Vec::exp2(xa);
+      pbv = pair ? Vec::exp2(xb) : zero;
     };
     __m512 sum_a = zero, sum_b = zero;
     std::uint32_t* out_a = pb + std::int64_t(j) * ldp * 16;
@@ -512,14 +524,12 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
     amx_scores<kP>(kpack, k_lo, qb, q_lo, tq, D, cols_pad, width, w.st);
     pack_v_transposed<DT>(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2, v_lo);
 
-    // Dropout works on the fp32 P, and the fp16 softmax of an OFF build
-    // (kHalfSoftmax) is the common one: both pack P afterwards.
-    if (job.dropout.active || kHalfSoftmax<DT>) {
+    if (job.dropout.active) {  // dropout works on the fp32 P, which is packed afterwards
       softmax_raw_tile<DT>(job, w, it, j0, cols);
       pack_p_pairs<kP>(w.st, cols, cols_pad, nvec, tq, pb, tkv / 2, p_lo);
     } else {
       const float scale = prepare_scores(job, w, it, j0, cols);
-      softmax_to_pairs<kP>(w, cols, cols_pad, nvec, tq, scale, pb, tkv / 2, p_lo);
+      softmax_to_pairs<kP, kHalfSoftmax<DT>>(w, cols, cols_pad, nvec, tq, scale, pb, tkv / 2, p_lo);
     }
     rescale_output(w, D, nvec, tq);
     amx_accumulate<kP>(vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, cols_pad, width, w.ot);
