@@ -16,6 +16,7 @@ struct Stage {
   const char* name;
   double ns;     // per K/V tile, one thread, data in cache
   double flops;  // matrix-product FLOPs of the stage (0 for the others)
+  bool reference = false;  // a ceiling shown for comparison, not part of the tile
 };
 
 struct StageReport {

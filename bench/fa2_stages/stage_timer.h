@@ -65,6 +65,26 @@ void time_amx_stages(const bench::StageConfig& cfg, const Workspace& w, const ch
   for (int i = 0; i < tq; ++i) w.alpha[i] = 0.5f;  // rescale timed as when the max moved
   add("O rescale (when max moved)", ns_per_call(rescale, cfg.seconds), 0);
   add(kP == 1 ? "P*V (AMX tiles)" : "P*V (AMX, 3 products)", ns_per_call(accumulate, cfg.seconds), flops);
+  // The same number of 2 x 2 blocks as Q*K^T on one 32 x 32 block of the
+  // operands (in L1 throughout): what the blocking itself allows.
+  auto ceiling = [&] {
+    const std::int64_t sts = std::int64_t(tq) * 4;
+    for (int block = 0; block < (tq / 32) * (tkv / 32); ++block) {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int d0 = 0; d0 < D; d0 += 32) {
+        block_2x2<kP>(kp + (d0 / 32) * 512, kp + (D / 32 + d0 / 32) * 512, k_lo * 2, 64, qb + (d0 / 2) * 16,
+                      qb + (D / 2 + d0 / 2) * 16, q_lo * 4, 64);
+      }
+      _tile_stored(0, w.st, sts);
+      _tile_stored(1, w.st + 16, sts);
+      _tile_stored(2, w.st + 16 * tq, sts);
+      _tile_stored(3, w.st + 16 * tq + 16, sts);
+    }
+  };
+  if (tq >= 32) add("Q*K^T block, operands in L1", ns_per_call(ceiling, cfg.seconds), flops, true);
   _tile_release();
 }
 #endif
@@ -102,7 +122,9 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
 
   bench::StageReport r{};
   const double flops = 2.0 * tq * tkv * D;
-  auto add = [&r](const char* name, double ns, double stage_flops) { r.stages[r.count++] = {name, ns, stage_flops}; };
+  auto add = [&r](const char* name, double ns, double stage_flops, bool reference = false) {
+    r.stages[r.count++] = {name, ns, stage_flops, reference};
+  };
   r.peak_unit = "FMA";
   bool timed = false;
 #if defined(FA_HAVE_AMX)
