@@ -603,7 +603,8 @@ int run(int argc, char** argv) {
                   (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(),
                   std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
                   p.mask ? "true" : "false", tq, tkv, plan.source.c_str(), plan.working_set_bytes, plan.limit_bytes,
-                  used_threads, 100.0 * plan.occupancy, plan.num_splits, kernel_name(isa, matrix, o.dtype).c_str());
+                  used_threads, 100.0 * plan.occupancy, plan.num_splits,
+                  matrix ? "amx-bf16" : std::string(fa::isa_name(isa)).c_str());
     std::cout << line;
     std::snprintf(line, sizeof line,
                   "\"latency_ms\": %.6f, \"latency_min_ms\": %.6f, \"latency_max_ms\": %.6f, \"runs\": %d, "

@@ -251,63 +251,26 @@ inline void pack_p_pairs(const float* st, int cols, int cols_pad, int nvec, int 
 template <int kP, bool kHalfExp = false>
 inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nvec, int tq, float scale,
                              std::uint32_t* pb, int ldp, std::int64_t lo) {
-  const __m512 vscale = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(kNegInf), zero = _mm512_setzero_ps();
-  for (int j = 0; j < nvec; j += 2) {
-    const bool pair = j + 1 < nvec;  // else only the first row block
-    const float* col_a = w.st + j * 16;
-    const float* col_b = col_a + 16;
-    __m512 max_a = neg_inf, max_b = neg_inf;
-    for (int c = 0; c < cols; ++c) {
-      max_a = _mm512_max_ps(max_a, _mm512_loadu_ps(col_a + std::int64_t(c) * tq));
-      if (pair) max_b = _mm512_max_ps(max_b, _mm512_loadu_ps(col_b + std::int64_t(c) * tq));
-    }
-    const __m512 m_old_a = _mm512_loadu_ps(w.m + j * 16), m_old_b = pair ? _mm512_loadu_ps(w.m + j * 16 + 16) : neg_inf;
-    const __m512 m_new_a = _mm512_max_ps(m_old_a, _mm512_mul_ps(max_a, vscale));
-    const __m512 m_new_b = _mm512_max_ps(m_old_b, _mm512_mul_ps(max_b, vscale));
-    const __m512 m_sub_a = Vec::zero_if_neg_inf(m_new_a), m_sub_b = Vec::zero_if_neg_inf(m_new_b);
-    const __m512 neg_a = _mm512_sub_ps(zero, m_sub_a), neg_b = _mm512_sub_ps(zero, m_sub_b);
-    // 2^(s * scale - max) of key c for both row blocks (zeros past `cols`).
-    auto probabilities = [&](int c, __m512& pa, __m512& pbv) {
-      if (c >= cols) {
-        pa = pbv = zero;
-        return;
-      }
-      const __m512 xa = _mm512_fmadd_ps(_mm512_loadu_ps(col_a + std::int64_t(c) * tq), vscale, neg_a);
-      const __m512 xb = pair ? _mm512_fmadd_ps(_mm512_loadu_ps(col_b + std::int64_t(c) * tq), vscale, neg_b) : zero;
-#if defined(FA_HAVE_AVX512FP16)
-      if constexpr (kHalfExp) {
-        const __m512h p = exp2_half(join_half(xa, xb));
-        pa = low_half(p);
-        pbv = pair ? high_half(p) : zero;
-        return;
-      }
-#endif
+  auto probabilities = [](__m512 xa, __m512 xb, __m512& pa, __m512& pbv) {
+    if constexpr (kHalfExp) {
+      exp2_half_pair(xa, xb, pa, pbv);
+    } else {
       pa = Vec::exp2(xa);
-      pbv = pair ? Vec::exp2(xb) : zero;
-    };
-    __m512 sum_a = zero, sum_b = zero;
-    std::uint32_t* out_a = pb + std::int64_t(j) * ldp * 16;
-    std::uint32_t* out_b = out_a + std::int64_t(ldp) * 16;
-    for (int c = 0; c < cols_pad; c += 2) {
-      __m512 a0, b0, a1, b1;
-      probabilities(c, a0, b0);
-      probabilities(c + 1, a1, b1);
-      sum_a = _mm512_add_ps(sum_a, _mm512_add_ps(a0, a1));
-      sum_b = _mm512_add_ps(sum_b, _mm512_add_ps(b0, b1));
-      store_p_pairs<kP>(a0, a1, out_a + (c / 2) * 16, lo);
-      if (pair) store_p_pairs<kP>(b0, b1, out_b + (c / 2) * 16, lo);
+      pbv = Vec::exp2(xb);
     }
-    const __m512 alpha_a = Vec::exp2(_mm512_sub_ps(m_old_a, m_sub_a));
-    _mm512_storeu_ps(w.alpha + j * 16, alpha_a);
-    _mm512_storeu_ps(w.l + j * 16, _mm512_fmadd_ps(_mm512_loadu_ps(w.l + j * 16), alpha_a, sum_a));
-    _mm512_storeu_ps(w.m + j * 16, m_new_a);
-    if (pair) {
-      const __m512 alpha_b = Vec::exp2(_mm512_sub_ps(m_old_b, m_sub_b));
-      _mm512_storeu_ps(w.alpha + j * 16 + 16, alpha_b);
-      _mm512_storeu_ps(w.l + j * 16 + 16, _mm512_fmadd_ps(_mm512_loadu_ps(w.l + j * 16 + 16), alpha_b, sum_b));
-      _mm512_storeu_ps(w.m + j * 16 + 16, m_new_b);
-    }
-  }
+  };
+  __m512 even_a, even_b;  // key c - 1's probabilities, waiting for key c
+  two_block_softmax(w, cols, cols_pad, nvec, tq, scale, probabilities,
+                    [&](int j, bool pair, int c, __m512 pa, __m512 pbv) {
+                      if (c % 2 == 0) {
+                        even_a = pa;
+                        even_b = pbv;
+                        return;
+                      }
+                      std::uint32_t* out = pb + (std::int64_t(j) * ldp + c / 2) * 16;
+                      store_p_pairs<kP>(even_a, pa, out, lo);
+                      if (pair) store_p_pairs<kP>(even_b, pbv, out + std::int64_t(ldp) * 16, lo);
+                    });
 }
 
 // --- products ------------------------------------------------------------

@@ -42,14 +42,21 @@ inline __m512 high_half(__m512h v) {
   return _mm512_cvtxph_ps(_mm256_castsi256_ph(_mm512_extracti64x4_epi64(_mm512_castph_si512(v), 1)));
 }
 
-// online_softmax_tile (kScaled) with exp2 in fp16: two 16-row vectors per
-// fp16 vector.
-inline void online_softmax_tile_half(const Workspace& w, int cols, int nvec, int tq, float scale) {
-  const __m512 vscale = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(kNegInf);
+// The online softmax of a score tile (Sᵀ [keys][tq], times `scale`) two
+// 16-row blocks at a time, the shape 32-lane fp16 vectors want.  The max pass
+// and the state update (max, sum, alpha) are here; `probabilities(xa, xb,
+// pa, pb)` turns key c's max-subtracted scores of both blocks into
+// probabilities, and `emit(j, pair, c, pa, pb)` consumes them, for c up to
+// `keys` (>= cols; keys past `cols` have probability 0).  Shared by the fp16
+// softmax below and the amx path's softmax fused with the packing of P.
+template <class Probabilities, class Emit>
+inline void two_block_softmax(const Workspace& w, int cols, int keys, int nvec, int tq, float scale,
+                              Probabilities&& probabilities, Emit&& emit) {
+  const __m512 vscale = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(kNegInf), zero = _mm512_setzero_ps();
   for (int j = 0; j < nvec; j += 2) {
-    const bool pair = j + 1 < nvec;  // else the upper half is computed on zeros and dropped
-    float* col_a = w.st + j * 16;
-    float* col_b = col_a + 16;
+    const bool pair = j + 1 < nvec;  // else only the first block (the second reads as zeros)
+    const float* col_a = w.st + j * 16;
+    const float* col_b = col_a + 16;
     __m512 max_a = neg_inf, max_b = neg_inf;
     for (int c = 0; c < cols; ++c) {
       max_a = _mm512_max_ps(max_a, _mm512_loadu_ps(col_a + std::int64_t(c) * tq));
@@ -58,20 +65,21 @@ inline void online_softmax_tile_half(const Workspace& w, int cols, int nvec, int
     const __m512 m_old_a = _mm512_loadu_ps(w.m + j * 16), m_old_b = pair ? _mm512_loadu_ps(w.m + j * 16 + 16) : neg_inf;
     const __m512 m_new_a = _mm512_max_ps(m_old_a, _mm512_mul_ps(max_a, vscale));
     const __m512 m_new_b = _mm512_max_ps(m_old_b, _mm512_mul_ps(max_b, vscale));
+    // A row that has seen no attendable key subtracts 0 (see online_softmax_tile).
     const __m512 m_sub_a = Vec::zero_if_neg_inf(m_new_a), m_sub_b = Vec::zero_if_neg_inf(m_new_b);
-    const __m512 neg_a = _mm512_sub_ps(_mm512_setzero_ps(), m_sub_a), neg_b = _mm512_sub_ps(_mm512_setzero_ps(), m_sub_b);
-    __m512 sum_a = _mm512_setzero_ps(), sum_b = _mm512_setzero_ps();
-    for (int c = 0; c < cols; ++c) {
-      float* sa = col_a + std::int64_t(c) * tq;
-      float* sb = col_b + std::int64_t(c) * tq;
-      const __m512 xa = _mm512_fmadd_ps(_mm512_loadu_ps(sa), vscale, neg_a);
-      const __m512 xb = pair ? _mm512_fmadd_ps(_mm512_loadu_ps(sb), vscale, neg_b) : _mm512_setzero_ps();
-      const __m512h p = exp2_half(join_half(xa, xb));
-      const __m512 pa = low_half(p), pb = high_half(p);
+    const __m512 neg_a = _mm512_sub_ps(zero, m_sub_a), neg_b = _mm512_sub_ps(zero, m_sub_b);
+    __m512 sum_a = zero, sum_b = zero;
+    for (int c = 0; c < keys; ++c) {
+      __m512 pa = zero, pb = zero;
+      if (c < cols) {
+        const __m512 xa = _mm512_fmadd_ps(_mm512_loadu_ps(col_a + std::int64_t(c) * tq), vscale, neg_a);
+        const __m512 xb = pair ? _mm512_fmadd_ps(_mm512_loadu_ps(col_b + std::int64_t(c) * tq), vscale, neg_b) : zero;
+        probabilities(xa, xb, pa, pb);
+        if (!pair) pb = zero;
+      }
       sum_a = _mm512_add_ps(sum_a, pa);
       sum_b = _mm512_add_ps(sum_b, pb);
-      _mm512_storeu_ps(sa, pa);
-      if (pair) _mm512_storeu_ps(sb, pb);
+      emit(j, pair, c, pa, pb);
     }
     const __m512 alpha_a = Vec::exp2(_mm512_sub_ps(m_old_a, m_sub_a));
     _mm512_storeu_ps(w.alpha + j * 16, alpha_a);
@@ -84,6 +92,23 @@ inline void online_softmax_tile_half(const Workspace& w, int cols, int nvec, int
       _mm512_storeu_ps(w.m + j * 16 + 16, m_new_b);
     }
   }
+}
+
+// 2^x of two fp32 vectors through one fp16 vector.
+inline void exp2_half_pair(__m512 xa, __m512 xb, __m512& pa, __m512& pb) {
+  const __m512h p = exp2_half(join_half(xa, xb));
+  pa = low_half(p);
+  pb = high_half(p);
+}
+
+// online_softmax_tile (kScaled) with exp2 in fp16; P back into the tile as fp32.
+inline void online_softmax_tile_half(const Workspace& w, int cols, int nvec, int tq, float scale) {
+  two_block_softmax(w, cols, cols, nvec, tq, scale, exp2_half_pair,
+                    [&](int j, bool pair, int c, __m512 pa, __m512 pb) {
+                      float* row = w.st + std::int64_t(c) * tq + j * 16;
+                      _mm512_storeu_ps(row, pa);
+                      if (pair) _mm512_storeu_ps(row + 16, pb);
+                    });
 }
 
 // exp2_row with exp2 in fp16: s[c] = 2^(s[c] - sub) for c < n; returns their
