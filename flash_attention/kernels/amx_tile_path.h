@@ -274,8 +274,17 @@ inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nve
 }
 
 // --- products ------------------------------------------------------------
-// C tiles 0-3 += A tiles 4-5 x B tiles 6-7 (the 2 x 2 block that keeps four
-// accumulators live); with two pieces, hi·hi, hi·lo and lo·hi in turn.
+// C tiles 0-3 += A tiles 4-5 x B tiles 6-7: the 2 x 2 block that keeps four
+// accumulators live.
+inline void products_2x2() {
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
+// The block's operands loaded and multiplied; with two pieces, hi·hi, hi·lo
+// and lo·hi in turn.
 template <int kP>
 inline void block_2x2(const void* a0, const void* a1, std::int64_t a_lo, std::int64_t a_stride, const void* b0,
                       const void* b1, std::int64_t b_lo, std::int64_t b_stride) {
@@ -283,25 +292,16 @@ inline void block_2x2(const void* a0, const void* a1, std::int64_t a_lo, std::in
   _tile_loadd(5, a1, a_stride);
   _tile_loadd(6, b0, b_stride);
   _tile_loadd(7, b1, b_stride);
-  _tile_dpbf16ps(0, 4, 6);
-  _tile_dpbf16ps(1, 4, 7);
-  _tile_dpbf16ps(2, 5, 6);
-  _tile_dpbf16ps(3, 5, 7);
+  products_2x2();
   if constexpr (kP == 2) {
     _tile_loadd(6, static_cast<const char*>(b0) + b_lo, b_stride);
     _tile_loadd(7, static_cast<const char*>(b1) + b_lo, b_stride);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+    products_2x2();  // hi x lo
     _tile_loadd(4, static_cast<const char*>(a0) + a_lo, a_stride);
     _tile_loadd(5, static_cast<const char*>(a1) + a_lo, a_stride);
     _tile_loadd(6, b0, b_stride);
     _tile_loadd(7, b1, b_stride);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
+    products_2x2();  // lo x hi
   }
 }
 
@@ -515,24 +515,9 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   _tile_loadd(5, ones, 64);
   _tile_loadd(6, ones, 64);
   _tile_loadd(7, ones, 64);
-  constexpr long kInner = 1024;
-  long iterations = 0;
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  double elapsed = 0.0;
-  do {
-    for (long k = 0; k < kInner; ++k) {
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-    iterations += kInner;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    elapsed = double(t1.tv_sec - t0.tv_sec) + 1e-9 * double(t1.tv_nsec - t0.tv_nsec);
-  } while (elapsed < seconds);
+  const double rate = calls_per_second(seconds, 1024, products_2x2);
   _tile_release();
-  return 4.0 * 2.0 * 16 * 16 * 32 * double(iterations) / elapsed / 1e9;
+  return 4.0 * 2.0 * 16 * 16 * 32 * rate / 1e9;
 }
 
 }  // namespace fa::FA_KERNEL_NS

@@ -173,6 +173,24 @@ inline void mask_window(const Fa2Job& job, std::int64_t i, std::int64_t j0, int 
   for (int c = end < 0 ? 0 : static_cast<int>(end); c < cols; ++c) s[c * stride] = kNegInf;
 }
 
+// Runs `body` (`inner` times per clock check) for about `seconds`; returns
+// the calls per second.  The loop of the peak probes (FMA here, AMX in
+// amx_tile_path.h).
+template <class Body>
+inline double calls_per_second(double seconds, long inner, Body&& body) {
+  long calls = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  double elapsed = 0.0;
+  do {
+    for (long k = 0; k < inner; ++k) body();
+    calls += inner;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    elapsed = double(t1.tv_sec - t0.tv_sec) + 1e-9 * double(t1.tv_nsec - t0.tv_nsec);
+  } while (elapsed < seconds);
+  return double(calls) / elapsed;
+}
+
 inline void prefetch_rows(const char* p, std::int64_t stride_bytes, int rows, int row_bytes) {
   for (int r = 0; r < rows; ++r) {
     for (int off = 0; off < row_bytes; off += 64) __builtin_prefetch(p + r * stride_bytes + off, 0, 3);
@@ -824,34 +842,24 @@ inline void exp2_array(const float* in, float* out, int n) {
   }
 }
 
-// Independent FMA chains (more than the FMA latency x ports) on registers:
+// Independent FMA chains (more than the FMA latency x pipes) on registers:
 // the vector unit's peak on this thread.
 // noinline: compiled on its own, so the chains stay in registers whatever the caller.
 [[gnu::noinline]] inline double fma_peak_one_thread(double seconds) {
   using T = typename Vec::T;
   constexpr int kChains = 12;  // > FMA latency x pipes, and fits 16 registers with the two constants
-  constexpr long kInner = 4096;
   T acc[kChains];
   for (int i = 0; i < kChains; ++i) acc[i] = Vec::set1(1.0f + i * 1e-3f);
   const T mul = Vec::set1(0.999999f), add = Vec::set1(1e-7f);
-  long iterations = 0;
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  double elapsed = 0.0;
-  do {
-    for (long k = 0; k < kInner; ++k) {
-      for (int i = 0; i < kChains; ++i) acc[i] = Vec::fmadd(acc[i], mul, add);
-    }
-    iterations += kInner;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    elapsed = double(t1.tv_sec - t0.tv_sec) + 1e-9 * double(t1.tv_nsec - t0.tv_nsec);
-  } while (elapsed < seconds);
+  const double rate = calls_per_second(seconds, 4096, [&] {
+    for (int i = 0; i < kChains; ++i) acc[i] = Vec::fmadd(acc[i], mul, add);
+  });
   float sink[Vec::W];
   T total = acc[0];
   for (int i = 1; i < kChains; ++i) total = Vec::add(total, acc[i]);
   Vec::store(sink, total);
   __asm__ volatile("" : : "r"(sink) : "memory");
-  return 2.0 * Vec::W * kChains * double(iterations) / elapsed / 1e9;
+  return 2.0 * Vec::W * kChains * rate / 1e9;
 }
 
 }  // namespace fa::FA_KERNEL_NS
