@@ -74,11 +74,15 @@ inline std::size_t fa2_working_set_bytes(int tile_q, int tile_kv, int head_dim, 
 }
 
 // Recommended tiles when the products run on the matrix unit (amx), by
-// the same sweep on a 2-core Xeon with AMX (docs/PERF.md, 2026-12-02): with
-// the tile unit 256 x 128 won with and without a causal mask (longer Q tiles
-// amortize the packing of Q; 64-row causal tiles starve the tiles).
+// the same sweep on a 2-core Xeon with AMX (docs/PERF.md, 2026-12-02): the
+// tile unit wants long Q tiles (the packing of Q and P amortized over more
+// keys) and long K/V tiles (longer chains of products per accumulator):
+// 256 x 256 won at S = 512, 2048 and 4096 without a mask and at 2048 and
+// 4096 with one; at S = 512 causal, 128 x 128 (the diagonal tiles' masked
+// half weighs more in a short sequence).
 inline constexpr TileRow kMatrixUnitTiles[] = {
-    {INT64_MAX, 256, 128, 256, 128},
+    {512, 256, 256, 128, 128},
+    {INT64_MAX, 256, 256, 256, 256},
 };
 
 }  // namespace fa::detail
