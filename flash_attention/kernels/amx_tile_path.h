@@ -243,7 +243,7 @@ inline void pack_p_pairs(const float* st, int cols, int cols_pad, int nvec, int 
 // The online softmax and pack_p_pairs in one pass over the tile (tiles
 // without dropout): P never goes back to memory in fp32; each pair of keys
 // is written straight into pack_p_pairs' B-tile order.  The same arithmetic
-// as online_softmax_tile<true> followed by pack_p_pairs (exp2 in fp32: an
+// as online_softmax_tile followed by pack_p_pairs (exp2 in fp32: an
 // fp16 exp2 would be cheaper and P is rounded to bf16 anyway, but the row
 // sums, and so the LSE, would carry fp16 rounding, measured above 1e-4).
 // kHalfExp (fp16 inputs in an FA_MIXED_PRECISION_SOFTMAX=OFF build): exp2 in

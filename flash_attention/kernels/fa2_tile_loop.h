@@ -198,13 +198,11 @@ inline void prefetch_rows(const char* p, std::int64_t stride_bytes, int rows, in
 }
 
 // Online softmax over one Sᵀ tile [cols][tq], one vector lane per query row:
-// Sᵀ becomes Pᵀ = exp2(S - new max), the running max and sum move, and
-// alpha receives each row's rescale factor for the output accumulator.
-// kScaled: the tile holds raw scores and the softmax works on score * scale
-// (scale > 0, so the block max scales with them): one fused multiply-add per
-// score instead of a separate scaling pass over the tile.
-template <bool kScaled = false>
-inline void online_softmax_tile(const Workspace& w, int cols, int nvec, int tq, float scale = 1.0f) {
+// Sᵀ becomes Pᵀ = exp2(S * scale - new max), the running max and sum move,
+// and alpha receives each row's rescale factor for the output accumulator.
+// The scale (> 0, so the block max scales with the scores) is one fused
+// multiply-add per score rather than a separate pass over the tile.
+inline void online_softmax_tile(const Workspace& w, int cols, int nvec, int tq, float scale) {
   using T = typename Vec::T;
   constexpr int W = Vec::W;
   const T vscale = Vec::set1(scale);
@@ -212,7 +210,7 @@ inline void online_softmax_tile(const Workspace& w, int cols, int nvec, int tq, 
     float* col = w.st + j * W;
     T block_max = Vec::set1(kNegInf);
     for (int c = 0; c < cols; ++c) block_max = Vec::max(block_max, Vec::load(col + std::int64_t(c) * tq));
-    if constexpr (kScaled) block_max = Vec::mul(block_max, vscale);
+    block_max = Vec::mul(block_max, vscale);
     const T m_old = Vec::load(w.m + j * W);
     const T m_new = Vec::max(m_old, block_max);
     // A row that has seen no attendable key keeps max -inf; subtracting 0
@@ -222,7 +220,7 @@ inline void online_softmax_tile(const Workspace& w, int cols, int nvec, int tq, 
     T sum = Vec::zero();
     for (int c = 0; c < cols; ++c) {
       const T s = Vec::load(col + std::int64_t(c) * tq);
-      const T p = Vec::exp2(kScaled ? Vec::fmadd(s, vscale, neg_m_sub) : Vec::sub(s, m_sub));
+      const T p = Vec::exp2(Vec::fmadd(s, vscale, neg_m_sub));
       Vec::store(col + std::int64_t(c) * tq, p);
       sum = Vec::add(sum, p);
     }
@@ -649,7 +647,6 @@ inline void init_tile_state(const Fa2Job& job, const Workspace& w, const TileIte
     Vec::store(w.m + j * W, Vec::set1(initial_row_max(job, h, split)));
     Vec::store(w.l + j * W, Vec::set1(initial_row_sum(job, split)));
   }
-
 }
 
 // The online softmax of a tile of scores times `scale`: in fp32, or in fp16
@@ -662,7 +659,7 @@ inline void scaled_softmax_tile(const Workspace& w, int cols, int nvec, int tq, 
     return;
   }
 #endif
-  online_softmax_tile<true>(w, cols, nvec, tq, scale);
+  online_softmax_tile(w, cols, nvec, tq, scale);
 }
 
 // Score modifiers and masks on a tile of raw scores (Q is not pre-scaled:
@@ -732,13 +729,12 @@ void run_tile(const Fa2Job& job, const Workspace& w, const TileItem& it) {
 
 }  // namespace fa::FA_KERNEL_NS
 
-// The amx path's products for bf16 tiles (uses the helpers above).
+// The amx path's products on the tile unit (uses the helpers above).
 #if defined(FA_HAVE_AMX)
 #include "amx_tile_path.h"
 #endif
 
 namespace fa::FA_KERNEL_NS {
-
 
 template <DType DT, bool kPrefetch>
 void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {

@@ -101,7 +101,7 @@ inline void exp2_half_pair(__m512 xa, __m512 xb, __m512& pa, __m512& pb) {
   pb = high_half(p);
 }
 
-// online_softmax_tile (kScaled) with exp2 in fp16; P back into the tile as fp32.
+// online_softmax_tile with exp2 in fp16; P back into the tile as fp32.
 inline void online_softmax_tile_half(const Workspace& w, int cols, int nvec, int tq, float scale) {
   two_block_softmax(w, cols, cols, nvec, tq, scale, exp2_half_pair,
                     [&](int j, bool pair, int c, __m512 pa, __m512 pb) {
