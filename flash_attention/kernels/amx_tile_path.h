@@ -179,9 +179,11 @@ inline void pack_k_tiles(const std::uint16_t* k, std::int64_t k_row_stride, int 
   }
 }
 
-// Vᵀ of one K/V tile: vt[d][c / 2] = (V[c][d], V[c + 1][d]) as 32-bit pairs,
-// i.e. row d of Vᵀ in bf16, for c < cols_pad; keys from `cols` on are zero
-// (their probabilities are zero too, and 0 * garbage could be NaN).
+// Vᵀ of one K/V tile as 32-bit pairs (V[c][d], V[c + 1][d]), in A-tile
+// order: the 16 dims x 32 keys of block (d / 16, c / 32) contiguous (16 rows
+// of 64 bytes) at vt[(d / 16 * (ldvt / 16) + c / 32) * 256], ldvt = tile_kv / 2;
+// keys from `cols` to cols_pad are zero (their probabilities are zero too,
+// and 0 * garbage could be NaN).
 template <DType DT>
 inline void pack_v_transposed(const std::uint16_t* v, std::int64_t v_row_stride, int cols, int cols_pad, int D,
                               std::uint32_t* vt, int ldvt, std::int64_t lo) {
@@ -197,10 +199,11 @@ inline void pack_v_transposed(const std::uint16_t* v, std::int64_t v_row_stride,
         lo_block[p] = _mm512_or_si512(even_lo, _mm512_slli_epi32(odd_lo, 16));
       }
       transpose_16x16_epi32(hi_block);
-      for (int d = 0; d < 16; ++d) _mm512_storeu_si512(vt + std::int64_t(d0 + d) * ldvt + c0 / 2, hi_block[d]);
+      std::uint32_t* out = vt + (std::int64_t(d0 / 16) * (ldvt / 16) + c0 / 32) * 256;
+      for (int d = 0; d < 16; ++d) _mm512_storeu_si512(out + d * 16, hi_block[d]);
       if constexpr (kPieces<DT> == 2) {
         transpose_16x16_epi32(lo_block);
-        for (int d = 0; d < 16; ++d) _mm512_storeu_si512(vt + lo + std::int64_t(d0 + d) * ldvt + c0 / 2, lo_block[d]);
+        for (int d = 0; d < 16; ++d) _mm512_storeu_si512(out + lo + d * 16, lo_block[d]);
       }
     }
   }
@@ -367,16 +370,17 @@ inline void amx_scores(const std::uint16_t* kp, std::int64_t k_lo, const std::ui
 }
 
 // Oᵀ[d][r] += sum_c Vᵀ[d][c] Pᵀ[c][r] for d < D, r < width, c < cols_pad;
-// Vᵀ rows of ldvt pairs (lo piece v_lo on), P in B-tile order (p_lo on).
+// Vᵀ in A-tile order (ldvt = tile_kv / 2; lo piece v_lo on), P in B-tile
+// order (p_lo on).
 template <int kP>
 inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo, const std::uint32_t* pb, int ldp,
                            std::int64_t p_lo, int tq, int D, int cols_pad, int width, float* ot) {
-  const std::int64_t vts = std::int64_t(ldvt) * 4, ots = std::int64_t(tq) * 4, a_lo = v_lo * 4, b_lo = p_lo * 4;
+  const std::int64_t ots = std::int64_t(tq) * 4, a_lo = v_lo * 4, b_lo = p_lo * 4;
   for (int d0 = 0; d0 < D; d0 += 32) {
     float* o0 = ot + std::int64_t(d0) * tq;
     float* o1 = o0 + 16 * std::int64_t(tq);
-    const std::uint32_t* v0 = vt + std::int64_t(d0) * ldvt;
-    const std::uint32_t* v1 = v0 + 16 * std::int64_t(ldvt);
+    const std::uint32_t* v0 = vt + std::int64_t(d0 / 16) * (ldvt / 16) * 256;  // A tiles of dims d0 .. d0 + 15
+    const std::uint32_t* v1 = v0 + std::int64_t(ldvt / 16) * 256;               // and of the next 16
     int r0 = 0;
     for (; r0 + 32 <= width; r0 += 32) {
       _tile_loadd(0, o0 + r0, ots);
@@ -384,7 +388,7 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo,
       _tile_loadd(2, o1 + r0, ots);
       _tile_loadd(3, o1 + r0 + 16, ots);
       for (int c0 = 0; c0 < cols_pad; c0 += 32) {
-        block_2x2<kP>(v0 + c0 / 2, v1 + c0 / 2, a_lo, vts, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16,
+        block_2x2<kP>(v0 + (c0 / 32) * 256, v1 + (c0 / 32) * 256, a_lo, 64, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16,
                       pb + (std::int64_t(r0 / 16 + 1) * ldp + c0 / 2) * 16, b_lo, 64);
       }
       _tile_stored(0, o0 + r0, ots);
@@ -396,7 +400,7 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo,
       _tile_loadd(0, o0 + r0, ots);
       _tile_loadd(2, o1 + r0, ots);
       for (int c0 = 0; c0 < cols_pad; c0 += 32) {
-        block_2x1<kP>(v0 + c0 / 2, v1 + c0 / 2, a_lo, vts, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16, b_lo, 64);
+        block_2x1<kP>(v0 + (c0 / 32) * 256, v1 + (c0 / 32) * 256, a_lo, 64, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16, b_lo, 64);
       }
       _tile_stored(0, o0 + r0, ots);
       _tile_stored(2, o1 + r0, ots);
