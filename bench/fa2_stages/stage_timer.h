@@ -53,7 +53,7 @@ void time_amx_stages(const bench::StageConfig& cfg, const Workspace& w, const ch
   auto vpack = [&] { pack_v_transposed<DT>(v16, D, tkv, tkv, D, vt, tkv / 2, v_lo); };
   auto fused = [&] { softmax_to_pairs<kP, kHalfSoftmax<DT>>(w, tkv, tkv, nvec, tq, 0.18f, pb, tkv / 2, p_lo); };
   auto rescale = [&] { rescale_output(w, D, nvec, tq); };
-  auto accumulate = [&] { amx_accumulate<kP>(vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, tkv, tq, w.ot); };
+  auto accumulate = [&] { amx_accumulate<kP>(vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, tkv, tq, w.ot, false); };
   kpack();
   scores();  // Sᵀ holds real scores before the softmax is timed
   vpack();

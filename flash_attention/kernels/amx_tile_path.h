@@ -369,12 +369,13 @@ inline void amx_scores(const std::uint16_t* kp, std::int64_t k_lo, const std::ui
   }
 }
 
-// Oᵀ[d][r] += sum_c Vᵀ[d][c] Pᵀ[c][r] for d < D, r < width, c < cols_pad;
+// Oᵀ[d][r] += sum_c Vᵀ[d][c] Pᵀ[c][r] for d < D, r < width, c < cols_pad
+// (Oᵀ = the sum, without reading it, when `fresh`: the item's first tile);
 // Vᵀ in A-tile order (ldvt = tile_kv / 2; lo piece v_lo on), P in B-tile
 // order (p_lo on).
 template <int kP>
 inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo, const std::uint32_t* pb, int ldp,
-                           std::int64_t p_lo, int tq, int D, int cols_pad, int width, float* ot) {
+                           std::int64_t p_lo, int tq, int D, int cols_pad, int width, float* ot, bool fresh) {
   const std::int64_t ots = std::int64_t(tq) * 4, a_lo = v_lo * 4, b_lo = p_lo * 4;
   for (int d0 = 0; d0 < D; d0 += 32) {
     float* o0 = ot + std::int64_t(d0) * tq;
@@ -383,10 +384,17 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo,
     const std::uint32_t* v1 = v0 + std::int64_t(ldvt / 16) * 256;               // and of the next 16
     int r0 = 0;
     for (; r0 + 32 <= width; r0 += 32) {
-      _tile_loadd(0, o0 + r0, ots);
-      _tile_loadd(1, o0 + r0 + 16, ots);
-      _tile_loadd(2, o1 + r0, ots);
-      _tile_loadd(3, o1 + r0 + 16, ots);
+      if (fresh) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      } else {
+        _tile_loadd(0, o0 + r0, ots);
+        _tile_loadd(1, o0 + r0 + 16, ots);
+        _tile_loadd(2, o1 + r0, ots);
+        _tile_loadd(3, o1 + r0 + 16, ots);
+      }
       for (int c0 = 0; c0 < cols_pad; c0 += 32) {
         block_2x2<kP>(v0 + (c0 / 32) * 256, v1 + (c0 / 32) * 256, a_lo, 64, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16,
                       pb + (std::int64_t(r0 / 16 + 1) * ldp + c0 / 2) * 16, b_lo, 64);
@@ -397,8 +405,13 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo,
       _tile_stored(3, o1 + r0 + 16, ots);
     }
     if (r0 < width) {
-      _tile_loadd(0, o0 + r0, ots);
-      _tile_loadd(2, o1 + r0, ots);
+      if (fresh) {
+        _tile_zero(0);
+        _tile_zero(2);
+      } else {
+        _tile_loadd(0, o0 + r0, ots);
+        _tile_loadd(2, o1 + r0, ots);
+      }
       for (int c0 = 0; c0 < cols_pad; c0 += 32) {
         block_2x1<kP>(v0 + (c0 / 32) * 256, v1 + (c0 / 32) * 256, a_lo, 64, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16, b_lo, 64);
       }
@@ -474,7 +487,9 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   const std::int64_t q_lo = std::int64_t(tq) * (D / 2), k_lo = std::int64_t(tkv) * D, v_lo = std::int64_t(D) * (tkv / 2),
                      p_lo = std::int64_t(tq) * (tkv / 2);
   pack_q_pairs<DT>(reinterpret_cast<const std::uint16_t*>(it.qbase), job.q_strides[2], rows, width, D, qb, q_lo);
-  init_tile_state(job, w, it);
+  // Oᵀ is written whole by the first tile's product (`fresh`), so it is
+  // cleared here only for an item that has no key to visit.
+  init_tile_state(job, w, it, /*zero_output=*/it.kv_begin >= it.kv_end);
   amx_load_config();
   for (std::int64_t j0 = it.kv_begin; j0 < it.kv_end; j0 += tkv) {
     const int cols = static_cast<int>(it.kv_end - j0 < tkv ? it.kv_end - j0 : tkv);
@@ -498,8 +513,9 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
       const float scale = prepare_scores(job, w, it, j0, cols);
       softmax_to_pairs<kP, kHalfSoftmax<DT>>(w, cols, cols_pad, nvec, tq, scale, pb, tkv / 2, p_lo);
     }
-    rescale_output(w, D, nvec, tq);
-    amx_accumulate<kP>(vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, cols_pad, width, w.ot);
+    const bool fresh = j0 == it.kv_begin;
+    if (!fresh) rescale_output(w, D, nvec, tq);
+    amx_accumulate<kP>(vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, cols_pad, width, w.ot, fresh);
   }
   _tile_release();
   write_outputs_16bit<DT>(job, w, it);

@@ -635,12 +635,13 @@ inline void drop_tile(const Fa2Job& job, std::int64_t bh, std::int64_t i0, int r
   }
 }
 
-// Oᵀ = 0 and every row's softmax state before its first key.
-inline void init_tile_state(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+// Oᵀ = 0 (unless the caller writes it whole itself) and every row's softmax
+// state before its first key.
+inline void init_tile_state(const Fa2Job& job, const Workspace& w, const TileItem& it, bool zero_output = true) {
   constexpr int W = Vec::W;
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, nvec = it.nvec;
   const std::int64_t h = it.h, split = it.split;
-  for (int d = 0; d < D; ++d) {
+  for (int d = 0; zero_output && d < D; ++d) {
     for (int j = 0; j < nvec; ++j) Vec::store(w.ot + std::int64_t(d) * tq + j * W, Vec::zero());
   }
   for (int j = 0; j < nvec; ++j) {
