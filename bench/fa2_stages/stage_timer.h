@@ -38,12 +38,10 @@ void time_amx_stages(const bench::StageConfig& cfg, const Workspace& w, const ch
   constexpr int kP = kPieces<DT>;
   const int D = cfg.head_dim, tq = cfg.tile_q, tkv = cfg.tile_kv, nvec = tq / 16;
   const double flops = 2.0 * tq * tkv * D;
-  auto* qb = reinterpret_cast<std::uint32_t*>(w.qt);
-  auto* kp = reinterpret_cast<std::uint16_t*>(w.kbuf);
-  auto* vt = reinterpret_cast<std::uint32_t*>(w.vbuf);
-  std::uint32_t* pb = amx_pairs_buffer(w, tq);
-  const std::int64_t q_lo = std::int64_t(tq) * (D / 2), k_lo = std::int64_t(tkv) * D, v_lo = std::int64_t(D) * (tkv / 2),
-                     p_lo = std::int64_t(tq) * (tkv / 2);
+  const TileOperands op = tile_operands(w, tq, tkv, D);
+  std::uint32_t *qb = op.qb, *vt = op.vt, *pb = op.pb;
+  std::uint16_t* kp = op.kp;
+  const std::int64_t q_lo = op.q_lo, k_lo = op.k_lo, v_lo = op.v_lo, p_lo = op.p_lo;
   const auto* k16 = reinterpret_cast<const std::uint16_t*>(k);
   const auto* v16 = reinterpret_cast<const std::uint16_t*>(v);
   pack_q_pairs<DT>(reinterpret_cast<const std::uint16_t*>(q), D, tq, tq, D, qb, q_lo);

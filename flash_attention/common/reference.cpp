@@ -22,6 +22,24 @@ double modified_score(const AttentionParams& p, double s, std::int64_t h, std::i
   return s;
 }
 
+// The checks every host-side attention (reference, same-dtype yardstick)
+// makes before computing into `out` (doubles in the BSH order): the call is
+// validated against a stand-in O view of `out`, since O itself is not
+// written; a variable-length call's output starts at zero (sequences without
+// keys keep it).  `checked` receives the tensors with that O view.
+Status check_host_call(const AttentionParams& p, const AttentionTensors& t, double* out, const char* who,
+                       AttentionTensors* checked) {
+  const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
+  *checked = t;
+  checked->o = make_view(out, t.q.dtype, Layout::kBSH, varlen ? 1 : p.batch, p.num_heads, p.seq_q, p.head_dim);
+  if (Status s = validate(p, *checked); !s.ok()) return s;
+  if (out == nullptr) return Status::Invalid(std::string(who) + ": output pointer is null");
+  if (varlen) {
+    for (std::int64_t i = 0; i < p.seq_q * p.num_heads * p.head_dim; ++i) out[i] = 0.0;
+  }
+  return Status::Ok();
+}
+
 // Runs `fn(sequence params, tensors of the sequence, first query token)` for
 // each sequence of a variable-length call: the packed tensors viewed at the
 // sequence's rows, so each sequence is an ordinary call of batch 1.
@@ -48,14 +66,10 @@ Status for_each_sequence(const AttentionParams& p, const AttentionTensors& t, Fn
 
 Status reference_forward(const AttentionParams& p, const AttentionTensors& t, double* out,
                          double* lse) {
-  // The reference never writes O, so validate against a stand-in O view.
   const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
-  AttentionTensors checked = t;
-  checked.o = make_view(out, t.q.dtype, Layout::kBSH, varlen ? 1 : p.batch, p.num_heads, p.seq_q, p.head_dim);
-  if (Status s = validate(p, checked); !s.ok()) return s;
-  if (out == nullptr) return Status::Invalid("reference_forward: output pointer is null");
+  AttentionTensors checked;
+  if (Status s = detail::check_host_call(p, t, out, "reference_forward", &checked); !s.ok()) return s;
   if (varlen) {  // [1, total, H, D] output and [1, H, total] LSE, one sequence at a time
-    for (std::int64_t i = 0; i < p.seq_q * p.num_heads * p.head_dim; ++i) out[i] = 0.0;
     if (lse) {  // what a sequence without keys keeps: -inf, or its head's sink
       for (std::int64_t h = 0; h < p.num_heads; ++h) {
         for (std::int64_t i = 0; i < p.seq_q; ++i) {
@@ -139,12 +153,9 @@ namespace fa {
 Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t, DType compute, bool subtract_max,
                             double* out) {
   const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
-  AttentionTensors checked = t;
-  checked.o = make_view(out, t.q.dtype, Layout::kBSH, varlen ? 1 : p.batch, p.num_heads, p.seq_q, p.head_dim);
-  if (Status s = validate(p, checked); !s.ok()) return s;
-  if (out == nullptr) return Status::Invalid("same_dtype_attention: output pointer is null");
+  AttentionTensors checked;
+  if (Status s = detail::check_host_call(p, t, out, "same_dtype_attention", &checked); !s.ok()) return s;
   if (varlen) {
-    for (std::int64_t i = 0; i < p.seq_q * p.num_heads * p.head_dim; ++i) out[i] = 0.0;
     return detail::for_each_sequence(p, checked, [&](const AttentionParams& sp, const AttentionTensors& st, std::int64_t q0) {
       return same_dtype_attention(sp, st, compute, subtract_max, out + q0 * p.num_heads * p.head_dim);
     });

@@ -468,9 +468,29 @@ inline void write_outputs_16bit(const Fa2Job& job, const Workspace& w, const Til
   write_tile_lse(job, w, it);
 }
 
+// Where an item's packed operands live in its scratch: Qᵀ pairs in Qᵀ's
+// space, K in the K buffer, Vᵀ in the V buffer, P after the common
+// workspace; each lo piece (fp16) `*_lo` elements after its hi piece.
+struct TileOperands {
+  std::uint32_t* qb;
+  std::uint16_t* kp;
+  std::uint32_t* vt;
+  std::uint32_t* pb;
+  std::int64_t q_lo, k_lo, v_lo, p_lo;
+};
+inline TileOperands tile_operands(const Workspace& w, int tq, int tkv, int D) {
+  return {reinterpret_cast<std::uint32_t*>(w.qt),
+          reinterpret_cast<std::uint16_t*>(w.kbuf),
+          reinterpret_cast<std::uint32_t*>(w.vbuf),
+          amx_pairs_buffer(w, tq),
+          std::int64_t(tq) * (D / 2),
+          std::int64_t(tkv) * D,
+          std::int64_t(D) * (tkv / 2),
+          std::int64_t(tq) * (tkv / 2)};
+}
+
 // One item of the tile path with both products on the tile unit (bf16, or
-// fp16 in two pieces).  Scratch: Qᵀ pieces in Qᵀ's space, K pieces in the K
-// buffer, Vᵀ pieces in the V buffer, P pieces after the common workspace.
+// fp16 in two pieces), its operands packed into scratch (tile_operands).
 template <DType DT, bool kPrefetch>
 void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   constexpr int kP = kPieces<DT>;
@@ -479,13 +499,10 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
   const auto* k16 = reinterpret_cast<const std::uint16_t*>(it.kbase);
   const auto* v16 = reinterpret_cast<const std::uint16_t*>(it.vbase);
-  auto* qb = reinterpret_cast<std::uint32_t*>(w.qt);
-  auto* kpack = reinterpret_cast<std::uint16_t*>(w.kbuf);
-  auto* vt = reinterpret_cast<std::uint32_t*>(w.vbuf);
-  std::uint32_t* pb = amx_pairs_buffer(w, tq);
-  // Where each lo piece starts, in elements of its buffer.
-  const std::int64_t q_lo = std::int64_t(tq) * (D / 2), k_lo = std::int64_t(tkv) * D, v_lo = std::int64_t(D) * (tkv / 2),
-                     p_lo = std::int64_t(tq) * (tkv / 2);
+  const TileOperands op = tile_operands(w, tq, tkv, D);
+  std::uint32_t *qb = op.qb, *vt = op.vt, *pb = op.pb;
+  std::uint16_t* kpack = op.kp;
+  const std::int64_t q_lo = op.q_lo, k_lo = op.k_lo, v_lo = op.v_lo, p_lo = op.p_lo;
   pack_q_pairs<DT>(reinterpret_cast<const std::uint16_t*>(it.qbase), job.q_strides[2], rows, width, D, qb, q_lo);
   // Oᵀ is written whole by the first tile's product (`fresh`), so it is
   // cleared here only for an item that has no key to visit.
@@ -494,14 +511,7 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   for (std::int64_t j0 = it.kv_begin; j0 < it.kv_end; j0 += tkv) {
     const int cols = static_cast<int>(it.kv_end - j0 < tkv ? it.kv_end - j0 : tkv);
     const int cols_pad = (cols + 31) & ~31;
-    if constexpr (kPrefetch) {
-      const std::int64_t j1 = j0 + tkv;
-      if (j1 < it.kv_end) {
-        const int next = static_cast<int>(it.kv_end - j1 < tkv ? it.kv_end - j1 : tkv);
-        prefetch_rows(it.kbase + j1 * ks * 2, ks * 2, next, D * 2);
-        prefetch_rows(it.vbase + j1 * vs * 2, vs * 2, next, D * 2);
-      }
-    }
+    if constexpr (kPrefetch) prefetch_next_kv_tile<DT>(job, it.kbase, it.vbase, j0, it.kv_end);
     pack_k_tiles<DT>(k16 + j0 * ks, ks, cols, cols_pad, D, kpack, k_lo);
     amx_scores<kP>(kpack, k_lo, qb, q_lo, tq, D, cols_pad, width, w.st);
     pack_v_transposed<DT>(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2, v_lo);

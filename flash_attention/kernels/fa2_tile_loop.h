@@ -240,20 +240,26 @@ struct KvTile {
   std::int64_t ldk, ldv;
 };
 
+// FA_ENABLE_ASYNC: software prefetch of the K/V tile after the one at j0.
+template <DType DT>
+inline void prefetch_next_kv_tile(const Fa2Job& job, const char* kbase, const char* vbase, std::int64_t j0,
+                                  std::int64_t kv_end) {
+  const int D = static_cast<int>(job.head_dim), tkv = job.tile_kv;
+  const std::int64_t es = static_cast<std::int64_t>(dtype_size(DT)), ks = job.k_strides[2], vs = job.v_strides[2];
+  const std::int64_t j1 = j0 + tkv;
+  if (j1 >= kv_end) return;
+  const int next = static_cast<int>(kv_end - j1 < tkv ? kv_end - j1 : tkv);
+  prefetch_rows(kbase + j1 * ks * es, ks * es, next, D * int(es));
+  prefetch_rows(vbase + j1 * vs * es, vs * es, next, D * int(es));
+}
+
 template <DType DT, bool kPrefetch>
 inline KvTile load_kv_tile(const Fa2Job& job, const Workspace& w, const char* kbase, const char* vbase, std::int64_t j0,
                            int cols, std::int64_t kv_end) {
-  const int D = static_cast<int>(job.head_dim), tkv = job.tile_kv;
+  const int D = static_cast<int>(job.head_dim);
   const std::size_t es = dtype_size(DT);
   const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
-  if constexpr (kPrefetch) {
-    const std::int64_t j1 = j0 + tkv;
-    if (j1 < kv_end) {
-      const int next = static_cast<int>(kv_end - j1 < tkv ? kv_end - j1 : tkv);
-      prefetch_rows(kbase + j1 * ks * es, ks * es, next, D * int(es));
-      prefetch_rows(vbase + j1 * vs * es, vs * es, next, D * int(es));
-    }
-  }
+  if constexpr (kPrefetch) prefetch_next_kv_tile<DT>(job, kbase, vbase, j0, kv_end);
   if constexpr (DT == DType::kF32) {
     return {reinterpret_cast<const float*>(kbase) + j0 * ks, reinterpret_cast<const float*>(vbase) + j0 * vs, ks, vs};
   } else {
