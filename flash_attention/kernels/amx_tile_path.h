@@ -331,10 +331,13 @@ inline void block_2x1(const void* a0, const void* a1, std::int64_t a_lo, std::in
 
 // Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols_pad, r < width; K in A-tile
 // order (lo piece k_lo elements on), Qᵀ in B-tile order (q_lo on).
+// `next` (may be null): the next K/V tile's lines, fetched a share per block.
 template <int kP>
 inline void amx_scores(const std::uint16_t* kp, std::int64_t k_lo, const std::uint32_t* qb, std::int64_t q_lo, int tq,
-                       int D, int cols_pad, int width, float* st) {
+                       int D, int cols_pad, int width, float* st, KvLineStream* next = nullptr) {
   const std::int64_t sts = std::int64_t(tq) * 4, a_lo = k_lo * 2, b_lo = q_lo * 4;
+  const int blocks = (cols_pad / 32) * ((width + 31) / 32);
+  const int share = next ? (next->total_lines() + blocks - 1) / blocks : 0;
   for (int c0 = 0; c0 < cols_pad; c0 += 32) {
     const std::uint16_t* k0 = kp + std::int64_t(c0 / 16) * (D / 32) * 512;
     const std::uint16_t* k1 = k0 + std::int64_t(D / 32) * 512;
@@ -355,6 +358,7 @@ inline void amx_scores(const std::uint16_t* kp, std::int64_t k_lo, const std::ui
       _tile_stored(1, s0 + r0 + 16, sts);
       _tile_stored(2, s1 + r0, sts);
       _tile_stored(3, s1 + r0 + 16, sts);
+      if (next) next->issue(share);
     }
     if (r0 < width) {  // a last block of 16 rows
       _tile_zero(0);
@@ -365,6 +369,7 @@ inline void amx_scores(const std::uint16_t* kp, std::int64_t k_lo, const std::ui
       }
       _tile_stored(0, s0 + r0, sts);
       _tile_stored(2, s1 + r0, sts);
+      if (next) next->issue(share);
     }
   }
 }
@@ -511,9 +516,9 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   for (std::int64_t j0 = it.kv_begin; j0 < it.kv_end; j0 += tkv) {
     const int cols = static_cast<int>(it.kv_end - j0 < tkv ? it.kv_end - j0 : tkv);
     const int cols_pad = (cols + 31) & ~31;
-    if constexpr (kPrefetch) prefetch_next_kv_tile<DT>(job, it.kbase, it.vbase, j0, it.kv_end);
+    KvLineStream next = next_kv_tile_lines<DT>(job, it.kbase, it.vbase, j0, it.kv_end);
     pack_k_tiles<DT>(k16 + j0 * ks, ks, cols, cols_pad, D, kpack, k_lo);
-    amx_scores<kP>(kpack, k_lo, qb, q_lo, tq, D, cols_pad, width, w.st);
+    amx_scores<kP>(kpack, k_lo, qb, q_lo, tq, D, cols_pad, width, w.st, &next);
     pack_v_transposed<DT>(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2, v_lo);
 
     if (job.dropout.active) {  // dropout works on the fp32 P, which is packed afterwards
