@@ -253,7 +253,8 @@ inline void pack_p_pairs(const float* st, int cols, int cols_pad, int nvec, int 
 // fp16 arithmetic, 32 rows per instruction (half_softmax.h).
 template <int kP, bool kHalfExp = false>
 inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nvec, int tq, float scale,
-                             std::uint32_t* pb, int ldp, std::int64_t lo) {
+                             std::uint32_t* pb, int ldp, std::int64_t lo, KvLineStream* next = nullptr) {
+  const int share = next ? next->third_per_step(((nvec + 1) / 2) * (cols_pad / 8)) : 0;  // per 8 keys of a row pair
   auto probabilities = [](__m512 xa, __m512 xb, __m512& pa, __m512& pbv) {
     if constexpr (kHalfExp) {
       exp2_half_pair(xa, xb, pa, pbv);
@@ -265,6 +266,7 @@ inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nve
   __m512 even_a, even_b;  // key c - 1's probabilities, waiting for key c
   two_block_softmax(w, cols, cols_pad, nvec, tq, scale, probabilities,
                     [&](int j, bool pair, int c, __m512 pa, __m512 pbv) {
+                      if (next && c % 8 == 7) next->issue(share);
                       if (c % 2 == 0) {
                         even_a = pa;
                         even_b = pbv;
@@ -331,13 +333,12 @@ inline void block_2x1(const void* a0, const void* a1, std::int64_t a_lo, std::in
 
 // Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols_pad, r < width; K in A-tile
 // order (lo piece k_lo elements on), Qᵀ in B-tile order (q_lo on).
-// `next` (may be null): the next K/V tile's lines, fetched a share per block.
+// `next` (may be null): the next K/V tile's lines, a share per block.
 template <int kP>
 inline void amx_scores(const std::uint16_t* kp, std::int64_t k_lo, const std::uint32_t* qb, std::int64_t q_lo, int tq,
                        int D, int cols_pad, int width, float* st, KvLineStream* next = nullptr) {
   const std::int64_t sts = std::int64_t(tq) * 4, a_lo = k_lo * 2, b_lo = q_lo * 4;
-  const int blocks = (cols_pad / 32) * ((width + 31) / 32);
-  const int share = next ? (next->total_lines() + blocks - 1) / blocks : 0;
+  const int share = next ? next->third_per_step((cols_pad / 32) * ((width + 31) / 32)) : 0;
   for (int c0 = 0; c0 < cols_pad; c0 += 32) {
     const std::uint16_t* k0 = kp + std::int64_t(c0 / 16) * (D / 32) * 512;
     const std::uint16_t* k1 = k0 + std::int64_t(D / 32) * 512;
@@ -380,7 +381,9 @@ inline void amx_scores(const std::uint16_t* kp, std::int64_t k_lo, const std::ui
 // order (p_lo on).
 template <int kP>
 inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo, const std::uint32_t* pb, int ldp,
-                           std::int64_t p_lo, int tq, int D, int cols_pad, int width, float* ot, bool fresh) {
+                           std::int64_t p_lo, int tq, int D, int cols_pad, int width, float* ot, bool fresh,
+                           KvLineStream* next = nullptr) {
+  const int share = next ? next->third_per_step((D / 32) * ((width + 31) / 32)) : 0;
   const std::int64_t ots = std::int64_t(tq) * 4, a_lo = v_lo * 4, b_lo = p_lo * 4;
   for (int d0 = 0; d0 < D; d0 += 32) {
     float* o0 = ot + std::int64_t(d0) * tq;
@@ -408,6 +411,7 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo,
       _tile_stored(1, o0 + r0 + 16, ots);
       _tile_stored(2, o1 + r0, ots);
       _tile_stored(3, o1 + r0 + 16, ots);
+      if (next) next->issue(share);
     }
     if (r0 < width) {
       if (fresh) {
@@ -526,11 +530,12 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
       pack_p_pairs<kP>(w.st, cols, cols_pad, nvec, tq, pb, tkv / 2, p_lo);
     } else {
       const float scale = prepare_scores(job, w, it, j0, cols);
-      softmax_to_pairs<kP, kHalfSoftmax<DT>>(w, cols, cols_pad, nvec, tq, scale, pb, tkv / 2, p_lo);
+      softmax_to_pairs<kP, kHalfSoftmax<DT>>(w, cols, cols_pad, nvec, tq, scale, pb, tkv / 2, p_lo, &next);
     }
     const bool fresh = j0 == it.kv_begin;
     if (!fresh) rescale_output(w, D, nvec, tq);
-    amx_accumulate<kP>(vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, cols_pad, width, w.ot, fresh);
+    amx_accumulate<kP>(vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, cols_pad, width, w.ot, fresh, &next);
+    next.issue(next.total_lines());  // what rounding left
   }
   _tile_release();
   write_outputs_16bit<DT>(job, w, it);

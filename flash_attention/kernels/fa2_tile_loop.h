@@ -254,18 +254,20 @@ inline void prefetch_next_kv_tile(const Fa2Job& job, const char* kbase, const ch
 }
 
 // The next K/V tile's cache lines, fetched a few at a time from inside this
-// tile's work (issue(n) per block of products) instead of all at its start:
-// two thousand prefetches in a row stall on the core's fill buffers just as
-// the loads they replace would; spread over the tile's compute, their latency
-// hides behind it.  Into L2 (the tile is larger than L1): K rows first, then V.
+// tile's three long phases (Q·Kᵀ, softmax, P·V each issue a third of them,
+// a share per block or row step) instead of all at the tile's start: two
+// thousand prefetches in a row wait on the core's fill buffers just as the
+// loads they replace would, while spread over the compute their latency hides
+// behind it.  Into L2 (a tile is larger than L1): K rows first, then V.
 struct KvLineStream {
   const char* base[2] = {nullptr, nullptr};  // K, V
   std::int64_t stride[2] = {0, 0};           // row strides in bytes
   int rows = 0, lines_per_row = 0;
   int part = 2, row = 0, line = 0;           // cursor; part 2 = done
 
-  // Lines still to fetch: 2 * rows * lines_per_row at the start.
   int total_lines() const { return 2 * rows * lines_per_row; }
+  // Lines per step for a phase of `steps` steps that carries a third.
+  int third_per_step(int steps) const { return (total_lines() + 3 * steps - 1) / (3 * steps); }
   void issue(int n) {
     for (; n > 0 && part < 2; --n) {
       __builtin_prefetch(base[part] + row * stride[part] + line * 64, 0, 2);
