@@ -7,6 +7,7 @@
 // and compiled per instruction set).
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <string>
@@ -44,7 +45,7 @@ Plan make_plan(const AttentionParams& p, const TilePlan& tiles) {
 }
 
 struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
+  void operator()(void* p) const { std::free(p); }
 };
 
 // Split-KV combine: O = sum_s exp(lse_s - lse) O_s with lse = log sum_s
@@ -95,6 +96,27 @@ bool verbose() {
 
 Status fa2_select_isa(const AttentionParams& p, Isa* isa) { return detail::select_isa(p.isa, isa); }
 
+// Bytes of the path's K/V packing shared by all items of a call (amx), 0
+// when it has none or would not gain from one; variable-length calls pack
+// per item.
+std::size_t kv_pack_bytes(const detail::KernelTable* table, const AttentionParams& p, DType dtype, const Plan& plan,
+                          const TilePlan& tiles) {
+  if (!table->fa2_kv_pack_bytes || p.cu_seqlens_q) return 0;
+  detail::Fa2Job job{};
+  job.dtype = dtype;
+  job.batch = p.batch;
+  job.seq_q = p.seq_q;
+  job.seq_kv = p.seq_kv;
+  job.heads = p.num_heads;
+  job.kv_group = p.num_heads / p.kv_heads();
+  job.head_dim = p.head_dim;
+  job.tile_q = plan.tile_q;
+  job.tile_kv = plan.tile_kv;
+  job.q_tiles = plan.q_tiles;
+  job.pack_group = tiles.pack_gqa;
+  return table->fa2_kv_pack_bytes(job);
+}
+
 std::size_t fa2_workspace_bytes(const AttentionParams& p, DType dtype, int threads) {
   Isa isa = Isa::kGeneric;
   const detail::KernelTable* table = nullptr;
@@ -108,7 +130,7 @@ std::size_t fa2_workspace_bytes(const AttentionParams& p, DType dtype, int threa
                                                           static_cast<std::size_t>(p.head_dim + 1)
                                                     : 0;
   return (table->fa2_workspace_floats(plan.tile_q, plan.tile_kv, static_cast<int>(p.head_dim)) *
-              static_cast<std::size_t>(n) + partials) * sizeof(float);
+              static_cast<std::size_t>(n) + partials) * sizeof(float) + kv_pack_bytes(table, p, dtype, plan, tiles);
 }
 
 Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
@@ -178,17 +200,32 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   job.pack_group = tiles.pack_gqa;
   job.partial_o = tiles.num_splits > 1 ? scratch.get() + scratch_floats : nullptr;
   job.partial_lse = tiles.num_splits > 1 ? job.partial_o + static_cast<std::size_t>(tiles.num_splits) * rows * p.head_dim : nullptr;
+  // The path's K/V packing shared by all items: one buffer per call, its
+  // states zeroed.  A call whose buffer cannot be had packs per item.
+  job.kv_pack = nullptr;
+  job.kv_pack_state = nullptr;
+  job.kv_pack_tiles = (p.seq_kv + plan.tile_kv - 1) / plan.tile_kv;
+  const std::size_t pack_bytes = kv_pack_bytes(table, p, job.dtype, plan, tiles);
+  std::unique_ptr<void, FreeDeleter> kv_pack(pack_bytes ? std::aligned_alloc(64, pack_bytes) : nullptr);
+  if (kv_pack) {
+    const std::size_t slots = static_cast<std::size_t>(p.batch * p.kv_heads() * job.kv_pack_tiles);
+    const std::size_t state_bytes = (slots * sizeof(std::uint32_t) + 63) & ~std::size_t{63};
+    std::memset(kv_pack.get(), 0, state_bytes);
+    job.kv_pack_state = static_cast<std::uint32_t*>(kv_pack.get());
+    job.kv_pack = reinterpret_cast<std::uint16_t*>(static_cast<char*>(kv_pack.get()) + state_bytes);
+  }
 
   if (verbose()) {
     std::fprintf(stderr,
                  "fa2_forward: path=%s tile=%dx%d (%s, L2 working set %zu of %zu bytes) splits=%d gqa_pack=%d threads=%d items=%lld dtype=%s B=%lld Sq=%lld Skv=%lld H=%lld "
-                 "Hkv=%lld D=%lld window=%d mask=%d sinks=%d workspace=%zu bytes\n",
+                 "Hkv=%lld D=%lld window=%d mask=%d sinks=%d workspace=%zu bytes kv_pack=%zu bytes\n",
                  table->name, plan.tile_q, plan.tile_kv, tiles.source.c_str(), tiles.working_set_bytes,
                  tiles.limit_bytes, tiles.num_splits, tiles.pack_gqa, plan.threads,
                  static_cast<long long>(tiles.work_items), std::string(dtype_name(job.dtype)).c_str(),
                  static_cast<long long>(p.batch), static_cast<long long>(p.seq_q), static_cast<long long>(p.seq_kv),
                  static_cast<long long>(p.num_heads), static_cast<long long>(p.kv_heads()),
-                 static_cast<long long>(p.head_dim), job.window.active ? 1 : 0, p.mask ? 1 : 0, p.sinks ? 1 : 0, bytes);
+                 static_cast<long long>(p.head_dim), job.window.active ? 1 : 0, p.mask ? 1 : 0, p.sinks ? 1 : 0, bytes,
+                 kv_pack ? pack_bytes : std::size_t{0});
   }
   if (!p.cu_seqlens_q) {
     table->fa2_run(&job, nullptr, 1);

@@ -498,6 +498,96 @@ inline TileOperands tile_operands(const Workspace& w, int tq, int tkv, int D) {
           std::int64_t(tq) * (tkv / 2)};
 }
 
+// --- K/V packed once per call (Fa2Job::kv_pack) ----------------------------
+// Without it every Q tile re-packs the K/V tiles it visits from the strided
+// input rows (with power-of-two row strides those rows crowd a few L2 sets,
+// so they come from memory each time: a third of the tile's time at
+// B1 S4096 H16 D128 in BSH).  The first item to reach a tile packs it into
+// its slot; later ones, on any thread, read the slot.  One finding the slot
+// being packed packs its own copy rather than wait.
+
+// uint16 elements of a slot: K in A-tile order, then Vᵀ pairs, each with
+// its lo piece for fp16 (the offsets of tile_operands).
+inline std::int64_t kv_pack_slot_elems(int tkv, std::int64_t D, int kP) { return std::int64_t(2) * kP * tkv * D; }
+
+// Capped so that a huge batch falls back to per-item packing instead of
+// doubling its memory; a call this large gains little from sharing anyway.
+inline constexpr std::size_t kMaxKvPackBytes = std::size_t{1} << 30;
+
+inline std::size_t amx_kv_pack_bytes(const Fa2Job& job) {
+  if (job.dtype == DType::kF32 || !amx_tile_path_fits(job) || job.pack_group > 1 ||
+      job.seq_q <= detail::kRowPathMaxRows || job.q_tiles * job.kv_group < 2) {
+    return 0;  // not the tile path, or each K/V tile is visited once per call
+  }
+  const int kP = job.dtype == DType::kF16 ? 2 : 1;
+  const std::int64_t tiles = (job.seq_kv + job.tile_kv - 1) / job.tile_kv;
+  const std::int64_t slots = job.batch * (job.heads / job.kv_group) * tiles;
+  const std::size_t states = (static_cast<std::size_t>(slots) * 4 + 63) & ~std::size_t{63};
+  const std::size_t bytes = states + static_cast<std::size_t>(slots * kv_pack_slot_elems(job.tile_kv, job.head_dim, kP)) * 2;
+  return slots > 0 && bytes <= kMaxKvPackBytes ? bytes : 0;
+}
+
+// The slot of the K/V tile at j0 with `cols` keys, when it can be shared: a
+// tile boundary and all the keys there (a whole tile, or the sequence's last
+// ones); else null.  Its state through *state.
+inline std::uint16_t* kv_pack_slot(const Fa2Job& job, const TileItem& it, std::int64_t j0, int cols, int kP,
+                                   std::uint32_t** state) {
+  const int tkv = job.tile_kv;
+  if (!job.kv_pack || j0 % tkv != 0 || cols != (job.seq_kv - j0 < tkv ? job.seq_kv - j0 : tkv)) return nullptr;
+  const std::int64_t slot = (it.b * (job.heads / job.kv_group) + it.h / job.kv_group) * job.kv_pack_tiles + j0 / tkv;
+  *state = job.kv_pack_state + slot;
+  return job.kv_pack + slot * kv_pack_slot_elems(tkv, job.head_dim, kP);
+}
+
+// The operands of one K/V tile: the shared slot when it is ready or this
+// item packs it (both products then read it); else the item's scratch,
+// which the loop fills (`own`).
+struct KvOperands {
+  const std::uint16_t* k;
+  const std::uint32_t* vt;
+  bool own;
+};
+template <DType DT>
+inline KvOperands shared_kv_tile(const Fa2Job& job, const TileItem& it, std::int64_t j0, int cols, int cols_pad,
+                                 const TileOperands& op) {
+  constexpr int kP = kPieces<DT>;
+  const int D = static_cast<int>(job.head_dim), tkv = job.tile_kv;
+  std::uint32_t* state = nullptr;
+  std::uint16_t* slot = kv_pack_slot(job, it, j0, cols, kP, &state);
+  if (!slot) return {op.kp, op.vt, true};
+  auto* slot_v = reinterpret_cast<std::uint32_t*>(slot + std::int64_t(kP) * tkv * D);
+  std::uint32_t s = __atomic_load_n(state, __ATOMIC_ACQUIRE);
+  if (s == 0 && __atomic_compare_exchange_n(state, &s, 1u, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    const auto* k16 = reinterpret_cast<const std::uint16_t*>(it.kbase);
+    const auto* v16 = reinterpret_cast<const std::uint16_t*>(it.vbase);
+    pack_k_tiles<DT>(k16 + j0 * job.k_strides[2], job.k_strides[2], cols, cols_pad, D, slot, op.k_lo);
+    pack_v_transposed<DT>(v16 + j0 * job.v_strides[2], job.v_strides[2], cols, cols_pad, D, slot_v, tkv / 2, op.v_lo);
+    __atomic_store_n(state, 2u, __ATOMIC_RELEASE);
+    s = 2;
+  }
+  if (s != 2) return {op.kp, op.vt, true};
+  return {slot, slot_v, false};
+}
+
+// The next tile's lines for KvLineStream: its shared slot when that is
+// ready (contiguous), else its input rows.
+template <DType DT>
+inline KvLineStream next_tile_lines(const Fa2Job& job, const TileItem& it, std::int64_t j0) {
+  constexpr int kP = kPieces<DT>;
+  KvLineStream next = next_kv_tile_lines<DT>(job, it.kbase, it.vbase, j0, it.kv_end);
+  if (next.part != 0) return next;
+  std::uint32_t* state = nullptr;
+  const std::uint16_t* slot = kv_pack_slot(job, it, j0 + job.tile_kv, next.rows, kP, &state);
+  if (!slot || __atomic_load_n(state, __ATOMIC_ACQUIRE) != 2) return next;
+  const std::int64_t half = kv_pack_slot_elems(job.tile_kv, job.head_dim, kP) / 2;  // K, then V
+  next.base[0] = reinterpret_cast<const char*>(slot);
+  next.base[1] = reinterpret_cast<const char*>(slot + half);
+  next.stride[0] = next.stride[1] = 0;
+  next.rows = 1;
+  next.lines_per_row = static_cast<int>(half * 2 / 64);
+  return next;
+}
+
 // One item of the tile path with both products on the tile unit (bf16, or
 // fp16 in two pieces), its operands packed into scratch (tile_operands).
 template <DType DT, bool kPrefetch>
@@ -520,10 +610,11 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   for (std::int64_t j0 = it.kv_begin; j0 < it.kv_end; j0 += tkv) {
     const int cols = static_cast<int>(it.kv_end - j0 < tkv ? it.kv_end - j0 : tkv);
     const int cols_pad = (cols + 31) & ~31;
-    KvLineStream next = next_kv_tile_lines<DT>(job, it.kbase, it.vbase, j0, it.kv_end);
-    pack_k_tiles<DT>(k16 + j0 * ks, ks, cols, cols_pad, D, kpack, k_lo);
-    amx_scores<kP>(kpack, k_lo, qb, q_lo, tq, D, cols_pad, width, w.st, &next);
-    pack_v_transposed<DT>(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2, v_lo);
+    KvLineStream next = next_tile_lines<DT>(job, it, j0);
+    const KvOperands kv = shared_kv_tile<DT>(job, it, j0, cols, cols_pad, op);
+    if (kv.own) pack_k_tiles<DT>(k16 + j0 * ks, ks, cols, cols_pad, D, kpack, k_lo);
+    amx_scores<kP>(kv.k, k_lo, qb, q_lo, tq, D, cols_pad, width, w.st, &next);
+    if (kv.own) pack_v_transposed<DT>(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2, v_lo);
 
     if (job.dropout.active) {  // dropout works on the fp32 P, which is packed afterwards
       softmax_raw_tile<DT>(job, w, it, j0, cols);
@@ -534,7 +625,7 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
     }
     const bool fresh = j0 == it.kv_begin;
     if (!fresh) rescale_output(w, D, nvec, tq);
-    amx_accumulate<kP>(vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, cols_pad, width, w.ot, fresh, &next);
+    amx_accumulate<kP>(kv.vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, cols_pad, width, w.ot, fresh, &next);
     next.issue(next.total_lines());  // what rounding left
   }
   _tile_release();

@@ -54,6 +54,14 @@ struct Fa2Job {
   int pack_group;
   float* partial_o;
   float* partial_lse;
+  // The amx path's K/V tiles packed once per call and shared by every Q tile
+  // and every query head of a GQA group (null: each item packs its own):
+  // tile t of (batch b, K/V head hk) in slot (b * kv_heads + hk) *
+  // kv_pack_tiles + t; its state in kv_pack_state (0 empty, 1 being packed,
+  // 2 ready), zeroed by the dispatcher.  Sized by fa2_kv_pack_bytes.
+  std::uint16_t* kv_pack;
+  std::uint32_t* kv_pack_state;
+  std::int64_t kv_pack_tiles;
 };
 
 struct KernelTable {
@@ -61,6 +69,10 @@ struct KernelTable {
   const char* name;
   // Scratch floats one thread needs for a (tile_q, tile_kv, head_dim) plan.
   std::size_t (*fa2_workspace_floats)(int tile_q, int tile_kv, int head_dim);
+  // Bytes of the shared K/V packing for a job with every other field set
+  // (states, 64-byte aligned, then slots); 0 when the job would not use or
+  // gain from one.  Null on paths without one.
+  std::size_t (*fa2_kv_pack_bytes)(const Fa2Job& job);
   // Runs the items of `count` jobs (one per sequence for variable-length
   // calls) in one parallel loop; they share dtype, tiles, threads and
   // scratch.  item_ends[j] = items of jobs 0..j (used when count > 1).

@@ -144,6 +144,48 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, MatrixUnitShapes,
                                   std::to_string(std::get<2>(info.param));
                          });
 
+// The amx path packs each K/V tile once per call and shares it between Q
+// tiles, query heads of a GQA group and threads (the first item to reach a
+// tile packs it; one arriving while it is packed packs its own copy).  Many
+// Q tiles, GQA, a partial last K/V tile and four threads, with and without a
+// causal mask: the workspace must hold the shared packing (so these cases
+// run through it) and the results match the reference.
+class SharedKvPacking : public ::testing::TestWithParam<std::tuple<DType, MaskMode, int>> {};
+
+TEST_P(SharedKvPacking, MatchesFloat64Reference) {
+  const auto [dtype, mask, threads] = GetParam();
+  skip_unless_available(fa::Isa::kAmx);
+  CaseSpec c;
+  c.dtype = dtype;
+  c.mask = mask;
+  c.seed = 777u + static_cast<std::uint32_t>(threads);
+  fa::AttentionParams& p = c.params;
+  p.batch = 2;
+  p.seq_q = 300;
+  p.seq_kv = 330;  // 5 tiles of 64 keys and 10 more
+  p.num_heads = 4;
+  p.num_kv_heads = 2;
+  p.head_dim = 64;
+  p.tile_q = 32;
+  p.tile_kv = 64;
+  p.threads = threads;
+  p.isa = fa::Isa::kAmx;
+  const std::size_t kv_bytes = std::size_t(p.batch * p.num_kv_heads * 6 * 64 * p.head_dim) * 2 * 2;
+  const std::size_t one = fa::fa2_workspace_bytes(p, dtype, 1), two = fa::fa2_workspace_bytes(p, dtype, 2);
+  EXPECT_GE(one - (two - one), kv_bytes);  // what is not per thread
+  expect_matches_reference(c, fa::Isa::kAmx);
+}
+
+INSTANTIATE_TEST_SUITE_P(Amx, SharedKvPacking,
+                         ::testing::Combine(::testing::Values(DType::kBF16, DType::kF16),
+                                            ::testing::Values(MaskMode::kNone, MaskMode::kCausal),
+                                            ::testing::Values(1, 4)),
+                         [](const auto& info) {
+                           return std::string(fa::dtype_name(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) == MaskMode::kCausal ? "_causal" : "_full") + "_t" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
+
 // A direct call with chosen inputs; returns O as float and the LSE.
 struct ForwardRun {
   std::vector<float> out, lse;

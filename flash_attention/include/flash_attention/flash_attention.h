@@ -218,7 +218,8 @@ struct AttentionTensors {
 // Checks shapes, dtypes, strides, tiles and mask against each other.
 FA_API Status validate(const AttentionParams& params, const AttentionTensors& tensors);
 
-// Bytes of scratch memory an fa2_forward call allocates for `threads` threads.
+// Bytes of scratch memory an fa2_forward call allocates for `threads` threads
+// (on the amx path with it the K/V packing shared by the call's Q tiles).
 FA_API std::size_t fa2_workspace_bytes(const AttentionParams& params, DType dtype, int threads);
 
 // Number of (query, key) pairs that may attend, per (batch, head).

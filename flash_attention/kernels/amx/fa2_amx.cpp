@@ -16,6 +16,7 @@ const KernelTable kKernels_amx = {
     Isa::kAmx,
     "amx",
     &FA_KERNEL_NS::amx_workspace_floats,
+    &FA_KERNEL_NS::amx_kv_pack_bytes,
     &FA_KERNEL_NS::fa2_run_impl<kAsyncPrefetch>,
     &FA_KERNEL_NS::exp2_array,
     &FA_KERNEL_NS::fma_peak_one_thread,

@@ -12,6 +12,7 @@ const KernelTable kKernels_avx2 = {
     Isa::kAvx2,
     "avx2",
     &FA_KERNEL_NS::fa2_workspace_floats,
+    nullptr,  // no shared K/V packing
     &FA_KERNEL_NS::fa2_run_impl<kAsyncPrefetch>,
     &FA_KERNEL_NS::exp2_array,
     &FA_KERNEL_NS::fma_peak_one_thread,
