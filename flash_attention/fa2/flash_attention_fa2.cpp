@@ -19,6 +19,7 @@
 #include "../common/dtype_convert.h"
 #include "../common/thread_pool.h"
 #include "../common/tile_config.h"
+#include "../common/workspace_cache.h"
 #include "../kernels/kernel_table.h"
 #include "flash_attention/flash_attention.h"
 
@@ -43,10 +44,6 @@ Plan make_plan(const AttentionParams& p, const TilePlan& tiles) {
   plan.q_tiles = (p.seq_q + plan.tile_q - 1) / plan.tile_q;
   return plan;
 }
-
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
 
 // Split-KV combine: O = sum_s exp(lse_s - lse) O_s with lse = log sum_s
 // exp(lse_s), exact up to rounding; chunks that saw no key (lse_s = -inf)
@@ -154,7 +151,8 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   const std::size_t partial_floats =
       tiles.num_splits > 1 ? static_cast<std::size_t>(tiles.num_splits) * rows * (static_cast<std::size_t>(p.head_dim) + 1) : 0;
   const std::size_t bytes = (scratch_floats + partial_floats) * sizeof(float);
-  std::unique_ptr<float, FreeDeleter> scratch(static_cast<float*>(std::aligned_alloc(64, (bytes + 63) & ~std::size_t{63})));
+  const detail::WorkspaceBlock scratch_block(bytes);
+  float* const scratch = static_cast<float*>(scratch_block.get());
   if (!scratch) {
     return Status::OutOfMemory("fa2_forward: could not allocate " + std::to_string(bytes) + " bytes of workspace");
   }
@@ -193,12 +191,12 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   job.tile_kv = plan.tile_kv;
   job.threads = plan.threads;
   job.q_tiles = plan.q_tiles;
-  job.scratch = scratch.get();
+  job.scratch = scratch;
   job.per_thread_floats = per_thread;
   job.num_splits = tiles.num_splits;
   job.split_keys = tiles.split_keys;
   job.pack_group = tiles.pack_gqa;
-  job.partial_o = tiles.num_splits > 1 ? scratch.get() + scratch_floats : nullptr;
+  job.partial_o = tiles.num_splits > 1 ? scratch + scratch_floats : nullptr;
   job.partial_lse = tiles.num_splits > 1 ? job.partial_o + static_cast<std::size_t>(tiles.num_splits) * rows * p.head_dim : nullptr;
   // The path's K/V packing shared by all items: one buffer per call, its
   // states zeroed.  A call whose buffer cannot be had packs per item.
@@ -206,7 +204,7 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   job.kv_pack_state = nullptr;
   job.kv_pack_tiles = (p.seq_kv + plan.tile_kv - 1) / plan.tile_kv;
   const std::size_t pack_bytes = kv_pack_bytes(table, p, job.dtype, plan, tiles);
-  std::unique_ptr<void, FreeDeleter> kv_pack(pack_bytes ? std::aligned_alloc(64, pack_bytes) : nullptr);
+  const detail::WorkspaceBlock kv_pack = pack_bytes ? detail::WorkspaceBlock(pack_bytes) : detail::WorkspaceBlock();
   if (kv_pack) {
     const std::size_t slots = static_cast<std::size_t>(p.batch * p.kv_heads() * job.kv_pack_tiles);
     const std::size_t state_bytes = (slots * sizeof(std::uint32_t) + 63) & ~std::size_t{63};

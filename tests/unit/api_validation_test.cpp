@@ -163,6 +163,20 @@ TEST_F(ApiValidation, BadVariableLengths) {
   expect_invalid("must be given together");
 }
 
+// A call's workspace is kept for the next one and can be freed; a call after
+// the release allocates afresh and gives the same result.
+TEST_F(ApiValidation, WorkspaceIsKeptForReuseAndReleased) {
+  ASSERT_TRUE(fa::cli::kForward(p, t).ok());
+  const std::vector<float> first = o;
+  EXPECT_GE(fa::cached_workspace_bytes(), fa::fa2_workspace_bytes(p, fa::DType::kF32, 1));
+  fa::release_cached_workspace();
+  EXPECT_EQ(fa::cached_workspace_bytes(), 0u);
+  o.assign(o.size(), 0.0f);
+  ASSERT_TRUE(fa::cli::kForward(p, t).ok());
+  EXPECT_EQ(o, first);
+  EXPECT_GT(fa::cached_workspace_bytes(), 0u);
+}
+
 TEST(ApiNames, ParseAndPrintRoundTrip) {
   for (fa::DType d : {fa::DType::kF32, fa::DType::kF16, fa::DType::kBF16}) {
     EXPECT_EQ(fa::parse_dtype(fa::dtype_name(d)), d);

@@ -222,6 +222,11 @@ FA_API Status validate(const AttentionParams& params, const AttentionTensors& te
 // (on the amx path with it the K/V packing shared by the call's Q tiles).
 FA_API std::size_t fa2_workspace_bytes(const AttentionParams& params, DType dtype, int threads);
 
+// Workspace blocks are kept for the next calls when a call ends (the largest
+// four): the bytes held now, and freeing them all.
+FA_API std::size_t cached_workspace_bytes();
+FA_API void release_cached_workspace();
+
 // Number of (query, key) pairs that may attend, per (batch, head).
 FA_API std::int64_t attended_pairs(const AttentionParams& params);
 
