@@ -36,7 +36,7 @@ TEST_P(Exp2, WithinTwoUlpOverTheSoftmaxDomain) {
   for (std::size_t i = 0; i < in.size(); ++i) {
     worst = std::max(worst, ulp_distance(out[i], static_cast<float>(std::exp2(static_cast<double>(in[i])))));
   }
-  EXPECT_LE(worst, 2);
+  EXPECT_LE(worst, 1);
 }
 
 TEST_P(Exp2, ExactAtIntegers) {
