@@ -251,6 +251,11 @@ inline void pack_p_pairs(const float* st, int cols, int cols_pad, int nvec, int 
 // sums, and so the LSE, would carry fp16 rounding, measured above 1e-4).
 // kHalfExp (fp16 inputs in an FA_MIXED_PRECISION_SOFTMAX=OFF build): exp2 in
 // fp16 arithmetic, 32 rows per instruction (half_softmax.h).
+// The running max is kept while a tile's scores exceed it by at most 2^8
+// (two_block_softmax's slack): P <= 256 is exact enough in bf16 and fp32
+// alike, and O is rescaled only when a row's max jumps (the fp32 exp2 takes
+// x > 0; the fp16 one of an OFF build does not).
+inline constexpr float kRescaleSlack = 8.0f;
 template <int kP, bool kHalfExp = false>
 inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nvec, int tq, float scale,
                              std::uint32_t* pb, int ldp, std::int64_t lo, KvLineStream* next = nullptr) {
@@ -264,7 +269,7 @@ inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nve
     }
   };
   __m512 even_a, even_b;  // key c - 1's probabilities, waiting for key c
-  two_block_softmax(w, cols, cols_pad, nvec, tq, scale, probabilities,
+  two_block_softmax(w, cols, cols_pad, nvec, tq, scale, kHalfExp ? 0.0f : kRescaleSlack, probabilities,
                     [&](int j, bool pair, int c, __m512 pa, __m512 pbv) {
                       if (next && c % 8 == 7) next->issue(share);
                       if (c % 2 == 0) {

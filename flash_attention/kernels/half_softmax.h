@@ -49,8 +49,14 @@ inline __m512 high_half(__m512h v) {
 // probabilities, and `emit(j, pair, c, pa, pb)` consumes them, for c up to
 // `keys` (>= cols; keys past `cols` have probability 0).  Shared by the fp16
 // softmax below and the amx path's softmax fused with the packing of P.
+// `slack` (log2 units, >= 0): a row keeps its running max as long as the
+// tile's max exceeds it by at most this much, so its probabilities reach
+// 2^slack at most, its alpha is exactly 1 and Oᵀ needs no rescale (the max
+// of a long row keeps creeping up, which would otherwise rescale Oᵀ on
+// nearly every tile).  0: the max always follows (probabilities <= 1, as the
+// fp16 exp2 needs).
 template <class Probabilities, class Emit>
-inline void two_block_softmax(const Workspace& w, int cols, int keys, int nvec, int tq, float scale,
+inline void two_block_softmax(const Workspace& w, int cols, int keys, int nvec, int tq, float scale, float slack,
                               Probabilities&& probabilities, Emit&& emit) {
   const __m512 vscale = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(kNegInf), zero = _mm512_setzero_ps();
   for (int j = 0; j < nvec; j += 2) {
@@ -63,8 +69,14 @@ inline void two_block_softmax(const Workspace& w, int cols, int keys, int nvec, 
       if (pair) max_b = _mm512_max_ps(max_b, _mm512_loadu_ps(col_b + std::int64_t(c) * tq));
     }
     const __m512 m_old_a = _mm512_loadu_ps(w.m + j * 16), m_old_b = pair ? _mm512_loadu_ps(w.m + j * 16 + 16) : neg_inf;
-    const __m512 m_new_a = _mm512_max_ps(m_old_a, _mm512_mul_ps(max_a, vscale));
-    const __m512 m_new_b = _mm512_max_ps(m_old_b, _mm512_mul_ps(max_b, vscale));
+    const __m512 vslack = _mm512_set1_ps(slack);
+    auto updated_max = [&](__m512 m_old, __m512 tile_max) {
+      const __m512 m = _mm512_max_ps(m_old, _mm512_mul_ps(tile_max, vscale));
+      // -inf + slack stays -inf: a row that has seen nothing takes the max.
+      return _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(m, _mm512_add_ps(m_old, vslack), _CMP_LE_OQ), m_old);
+    };
+    const __m512 m_new_a = updated_max(m_old_a, max_a);
+    const __m512 m_new_b = updated_max(m_old_b, max_b);
     // A row that has seen no attendable key subtracts 0 (see online_softmax_tile).
     const __m512 m_sub_a = Vec::zero_if_neg_inf(m_new_a), m_sub_b = Vec::zero_if_neg_inf(m_new_b);
     const __m512 neg_a = _mm512_sub_ps(zero, m_sub_a), neg_b = _mm512_sub_ps(zero, m_sub_b);
@@ -103,7 +115,7 @@ inline void exp2_half_pair(__m512 xa, __m512 xb, __m512& pa, __m512& pb) {
 
 // online_softmax_tile with exp2 in fp16; P back into the tile as fp32.
 inline void online_softmax_tile_half(const Workspace& w, int cols, int nvec, int tq, float scale) {
-  two_block_softmax(w, cols, cols, nvec, tq, scale, exp2_half_pair,
+  two_block_softmax(w, cols, cols, nvec, tq, scale, /*slack=*/0.0f, exp2_half_pair,
                     [&](int j, bool pair, int c, __m512 pa, __m512 pb) {
                       float* row = w.st + std::int64_t(c) * tq + j * 16;
                       _mm512_storeu_ps(row, pa);

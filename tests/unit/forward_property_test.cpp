@@ -283,6 +283,61 @@ TEST_P(EdgeCases, HugeLogitsStayFinite) {
   for (float l : r.lse) ASSERT_TRUE(std::isfinite(l));
 }
 
+// Row maxima that rise from tile to tile, by a little (the amx path keeps
+// its running max while a tile exceeds it by at most 2^8, with probabilities
+// up to 256) and by a lot (it must then move the max and rescale O), against
+// a float64 softmax computed here.
+TEST_P(EdgeCases, RowMaxRisingAcrossTiles) {
+  fa::AttentionParams p;
+  p.seq_q = 40;
+  p.seq_kv = 8 * 32;
+  p.num_heads = 1;
+  p.head_dim = 64;
+  p.tile_q = 32;
+  p.tile_kv = 32;
+  p.scale = 1.0f;
+  const int D = 64;
+  std::vector<float> q = normal(std::size_t(p.seq_q) * D, 7, 0.05), k = normal(std::size_t(p.seq_kv) * D, 8, 0.05);
+  const std::vector<float> v = normal(std::size_t(p.seq_kv) * D, 9, 1);
+  for (std::int64_t i = 0; i < p.seq_q; ++i) q[i * D] = 1.0f;  // every score ~ K[j][0]
+  // Natural-log steps of the tile's largest score: +2 (kept: under 8 log2
+  // units), +4, +3, then +100 (must move the max: 2^144 overflows fp32), +1,
+  // +15, then down.  The largest logits stay small, so fp32 rounding of the
+  // scores stays below the fp32 bound.
+  const float level[8] = {-109.0f, -107.0f, -103.0f, -100.0f, 0.0f, 1.0f, 16.0f, -80.0f};
+  for (std::int64_t j = 0; j < p.seq_kv; ++j) k[j * D] = level[j / 32] - 0.05f * static_cast<float>(j % 32);
+  const ForwardRun r = run_forward(p, isa(), dtype(), q, k, v);
+  // The float64 softmax of the inputs as the kernel saw them (rounded to the dtype).
+  auto rounded = [&](float x) {
+    std::uint32_t bits[1];
+    fa::detail::store_from_f32(bits, dtype(), 0, x);
+    return static_cast<double>(fa::detail::load_as_f32(bits, dtype(), 0));
+  };
+  double err2 = 0, ref2 = 0, lse_err = 0;
+  for (std::int64_t i = 0; i < p.seq_q; ++i) {
+    std::vector<double> s(p.seq_kv);
+    double m = -1e300;
+    for (std::int64_t j = 0; j < p.seq_kv; ++j) {
+      double dot = 0;
+      for (int d = 0; d < D; ++d) dot += rounded(q[i * D + d]) * rounded(k[j * D + d]);
+      s[j] = dot;
+      m = std::max(m, dot);
+    }
+    double sum = 0;
+    for (double& x : s) sum += (x = std::exp(x - m));
+    lse_err = std::max(lse_err, std::abs(double(r.lse[i]) - (m + std::log(sum))) / (1.0 + std::abs(m + std::log(sum))));
+    for (int d = 0; d < D; ++d) {
+      double o = 0;
+      for (std::int64_t j = 0; j < p.seq_kv; ++j) o += s[j] * rounded(v[j * D + d]);
+      o /= sum;
+      err2 += (r.out[i * D + d] - o) * (r.out[i * D + d] - o);
+      ref2 += o * o;
+    }
+  }
+  EXPECT_LE(std::sqrt(err2 / ref2), fa::cli::rel_l2_bound(dtype()));
+  EXPECT_LE(lse_err, fa::cli::lse_bound(dtype()));
+}
+
 TEST_P(EdgeCases, ResultDoesNotDependOnThreadCount) {
   fa::AttentionParams p;
   p.batch = 2;
