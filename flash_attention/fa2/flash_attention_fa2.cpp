@@ -93,12 +93,9 @@ bool verbose() {
 
 Status fa2_select_isa(const AttentionParams& p, Isa* isa) { return detail::select_isa(p.isa, isa); }
 
-// Bytes of the path's K/V packing shared by all items of a call (amx), 0
-// when it has none or would not gain from one; variable-length calls pack
-// per item.
-std::size_t kv_pack_bytes(const detail::KernelTable* table, const AttentionParams& p, DType dtype, const Plan& plan,
-                          const TilePlan& tiles) {
-  if (!table->fa2_kv_pack_bytes || p.cu_seqlens_q) return 0;
+// The job's shape and plan (what sizes its workspace), every other field
+// zero: fa2_forward fills in the tensors and options.
+detail::Fa2Job planned_job(const AttentionParams& p, DType dtype, const Plan& plan, const TilePlan& tiles) {
   detail::Fa2Job job{};
   job.dtype = dtype;
   job.batch = p.batch;
@@ -109,9 +106,20 @@ std::size_t kv_pack_bytes(const detail::KernelTable* table, const AttentionParam
   job.head_dim = p.head_dim;
   job.tile_q = plan.tile_q;
   job.tile_kv = plan.tile_kv;
+  job.threads = plan.threads;
   job.q_tiles = plan.q_tiles;
+  job.num_splits = tiles.num_splits;
+  job.split_keys = tiles.split_keys;
   job.pack_group = tiles.pack_gqa;
-  return table->fa2_kv_pack_bytes(job);
+  job.kv_pack_tiles = (p.seq_kv + plan.tile_kv - 1) / plan.tile_kv;
+  return job;
+}
+
+// Bytes of the path's K/V packing shared by all items of a call (amx), 0
+// when it has none or would not gain from one; variable-length calls pack
+// per item.
+std::size_t kv_pack_bytes(const detail::KernelTable* table, const AttentionParams& p, const detail::Fa2Job& job) {
+  return table->fa2_kv_pack_bytes && !p.cu_seqlens_q ? table->fa2_kv_pack_bytes(job) : 0;
 }
 
 std::size_t fa2_workspace_bytes(const AttentionParams& p, DType dtype, int threads) {
@@ -127,7 +135,8 @@ std::size_t fa2_workspace_bytes(const AttentionParams& p, DType dtype, int threa
                                                           static_cast<std::size_t>(p.head_dim + 1)
                                                     : 0;
   return (table->fa2_workspace_floats(plan.tile_q, plan.tile_kv, static_cast<int>(p.head_dim)) *
-              static_cast<std::size_t>(n) + partials) * sizeof(float) + kv_pack_bytes(table, p, dtype, plan, tiles);
+              static_cast<std::size_t>(n) + partials) * sizeof(float) +
+         kv_pack_bytes(table, p, planned_job(p, dtype, plan, tiles));
 }
 
 Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
@@ -157,7 +166,7 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
     return Status::OutOfMemory("fa2_forward: could not allocate " + std::to_string(bytes) + " bytes of workspace");
   }
 
-  detail::Fa2Job job;
+  detail::Fa2Job job = planned_job(p, t.q.dtype, plan, tiles);
   job.q = t.q.data;
   job.k = t.k.data;
   job.v = t.v.data;
@@ -166,13 +175,6 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   job.lse_strides[0] = p.num_heads * p.seq_q;
   job.lse_strides[1] = p.seq_q;
   job.mask = p.mask;
-  job.dtype = t.q.dtype;
-  job.batch = p.batch;
-  job.seq_q = p.seq_q;
-  job.seq_kv = p.seq_kv;
-  job.heads = p.num_heads;
-  job.kv_group = p.num_heads / p.kv_heads();
-  job.head_dim = p.head_dim;
   for (int a = 0; a < 3; ++a) {
     job.q_strides[a] = t.q.strides[a];
     job.k_strides[a] = t.k.strides[a];
@@ -187,23 +189,13 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
   job.bias = p.bias;
   job.bias_head_stride = p.bias && p.bias_heads > 1 ? p.seq_q * p.seq_kv : 0;
   job.dropout = detail::dropout_of(p);
-  job.tile_q = plan.tile_q;
-  job.tile_kv = plan.tile_kv;
-  job.threads = plan.threads;
-  job.q_tiles = plan.q_tiles;
   job.scratch = scratch;
   job.per_thread_floats = per_thread;
-  job.num_splits = tiles.num_splits;
-  job.split_keys = tiles.split_keys;
-  job.pack_group = tiles.pack_gqa;
   job.partial_o = tiles.num_splits > 1 ? scratch + scratch_floats : nullptr;
   job.partial_lse = tiles.num_splits > 1 ? job.partial_o + static_cast<std::size_t>(tiles.num_splits) * rows * p.head_dim : nullptr;
   // The path's K/V packing shared by all items: one buffer per call, its
   // states zeroed.  A call whose buffer cannot be had packs per item.
-  job.kv_pack = nullptr;
-  job.kv_pack_state = nullptr;
-  job.kv_pack_tiles = (p.seq_kv + plan.tile_kv - 1) / plan.tile_kv;
-  const std::size_t pack_bytes = kv_pack_bytes(table, p, job.dtype, plan, tiles);
+  const std::size_t pack_bytes = kv_pack_bytes(table, p, job);
   const detail::WorkspaceBlock kv_pack = pack_bytes ? detail::WorkspaceBlock(pack_bytes) : detail::WorkspaceBlock();
   if (kv_pack) {
     const std::size_t slots = static_cast<std::size_t>(p.batch * p.kv_heads() * job.kv_pack_tiles);
