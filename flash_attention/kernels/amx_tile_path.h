@@ -504,11 +504,11 @@ inline TileOperands tile_operands(const Workspace& w, int tq, int tkv, int D) {
 }
 
 // --- K/V packed once per call (Fa2Job::kv_pack) ----------------------------
-// Without it every Q tile re-packs the K/V tiles it visits from the strided
-// input rows (with power-of-two row strides those rows crowd a few L2 sets,
-// so they come from memory each time: a third of the tile's time at
-// B1 S4096 H16 D128 in BSH).  The first item to reach a tile packs it into
-// its slot; later ones, on any thread, read the slot.  One finding the slot
+// Without it every Q tile re-packs the K/V tiles it visits from the input
+// rows, which come from memory each time (a head's K/V outgrow L2 at long
+// sequences): packing was ~30% of a tile's time at B1 S4096 H16 D128, in
+// BSH and BNSD alike.  The first item to reach a tile packs it into its
+// slot; later ones, on any thread, read the slot.  One finding the slot
 // being packed packs its own copy rather than wait.
 
 // uint16 elements of a slot: K in A-tile order, then Vᵀ pairs, each with

@@ -47,8 +47,9 @@ struct Vec {
   // 2^x = 2^n * 2^f, n = round(x), |f| <= 0.5, with VSCALEFPS applying 2^n
   // and its zero-masking giving 0 below -126 (no denormal P reaches the
   // products; -inf and NaN land there too): 12 instructions a vector where
-  // the exponent-field route took 17, a quarter of the softmax.  The softmax
-  // never passes x > 0.
+  // the exponent-field route took 17, a quarter of the softmax.  x up to 8
+  // (the amx softmax's slack above a row's running max) scales up the same
+  // way.
   static T exp2(T x) {
     const __mmask16 normal = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
     const __m512 round = _mm512_set1_ps(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
