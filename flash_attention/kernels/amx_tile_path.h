@@ -594,8 +594,10 @@ inline KvLineStream next_tile_lines(const Fa2Job& job, const TileItem& it, std::
 }
 
 // One item of the tile path with both products on the tile unit (bf16, or
-// fp16 in two pieces), its operands packed into scratch (tile_operands).
-template <DType DT, bool kPrefetch>
+// fp16 in two pieces): Q packed into scratch (tile_operands), K/V read from
+// their shared slots or packed there (shared_kv_tile), the next K/V tile
+// always streamed into L2 (so FA_ENABLE_ASYNC does not apply here).
+template <DType DT>
 void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   constexpr int kP = kPieces<DT>;
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, tkv = job.tile_kv;

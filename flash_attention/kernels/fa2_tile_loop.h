@@ -830,7 +830,7 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
 #if defined(FA_HAVE_AMX)
   if constexpr (DT != DType::kF32) {
     if (amx_tile_path_fits(job)) {
-      run_tile_amx<DT, kPrefetch>(job, w, it);
+      run_tile_amx<DT>(job, w, it);
       return;
     }
   }
