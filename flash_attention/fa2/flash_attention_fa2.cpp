@@ -89,6 +89,33 @@ bool verbose() {
   return on;
 }
 
+// FA_STAGE_TIMING=1: where each call's tile-loop time goes, on stderr.
+bool stage_timing() {
+  static const bool on = [] {
+    const char* v = std::getenv("FA_STAGE_TIMING");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+void print_stage_times(const char* path, const std::uint64_t* cycles) {
+  static const char* const kNames[detail::kStageCount] = {"Q+state", "K/V", "Q*K^T", "softmax",
+                                                          "rescale", "P*V", "epilogue"};
+  std::uint64_t total = 0;
+  for (int i = 0; i < detail::kStageCount; ++i) total += cycles[i];
+  if (total == 0) {
+    std::fprintf(stderr, "fa2_forward stages (%s): no tile-loop items (short Q tiles run the row path)\n", path);
+    return;
+  }
+  std::string line;
+  for (int i = 0; i < detail::kStageCount; ++i) {
+    char part[48];
+    std::snprintf(part, sizeof part, "%s%s %.1f%%", i ? ", " : "", kNames[i], 100.0 * double(cycles[i]) / double(total));
+    line += part;
+  }
+  std::fprintf(stderr, "fa2_forward stages (%s path tile loop, all threads): %s\n", path, line.c_str());
+}
+
 }  // namespace
 
 Status fa2_select_isa(const AttentionParams& p, Isa* isa) { return detail::select_isa(p.isa, isa); }
@@ -217,9 +244,12 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
                  static_cast<long long>(p.head_dim), job.window.active ? 1 : 0, p.mask ? 1 : 0, p.sinks ? 1 : 0, bytes,
                  kv_pack ? pack_bytes : std::size_t{0});
   }
+  std::uint64_t stage_cycles[detail::kStageCount] = {};
+  job.stage_cycles = stage_timing() ? stage_cycles : nullptr;
   if (!p.cu_seqlens_q) {
     table->fa2_run(&job, nullptr, 1);
     if (job.num_splits > 1) combine_splits(job, tiles);
+    if (job.stage_cycles) print_stage_times(table->name, stage_cycles);
     return Status::Ok();
   }
   // Variable-length: one job per sequence over its own rows of the packed
@@ -252,6 +282,7 @@ Status fa2_forward(const AttentionParams& p, const AttentionTensors& t) {
     ends.push_back(total += sj.q_tiles * (sj.heads / sj.pack_group));
   }
   if (total > 0) table->fa2_run(jobs.data(), ends.data(), jobs.size());
+  if (job.stage_cycles) print_stage_times(table->name, stage_cycles);
   return Status::Ok();
 }
 

@@ -599,6 +599,7 @@ inline KvLineStream next_tile_lines(const Fa2Job& job, const TileItem& it, std::
 // always streamed into L2 (so FA_ENABLE_ASYNC does not apply here).
 template <DType DT>
 void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+  StageLaps laps(job.stage_cycles);
   constexpr int kP = kPieces<DT>;
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, tkv = job.tile_kv;
   const int rows = it.rows, nvec = it.nvec, width = nvec * 16;
@@ -614,14 +615,18 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   // cleared here only for an item that has no key to visit.
   init_tile_state(job, w, it, /*zero_output=*/it.kv_begin >= it.kv_end);
   amx_load_config();
+  laps.lap(kStageQ);
   for (std::int64_t j0 = it.kv_begin; j0 < it.kv_end; j0 += tkv) {
     const int cols = static_cast<int>(it.kv_end - j0 < tkv ? it.kv_end - j0 : tkv);
     const int cols_pad = (cols + 31) & ~31;
     KvLineStream next = next_tile_lines<DT>(job, it, j0);
     const KvOperands kv = shared_kv_tile<DT>(job, it, j0, cols, cols_pad, op);
     if (kv.own) pack_k_tiles<DT>(k16 + j0 * ks, ks, cols, cols_pad, D, kpack, k_lo);
+    laps.lap(kStageKv);
     amx_scores<kP>(kv.k, k_lo, qb, q_lo, tq, D, cols_pad, width, w.st, &next);
+    laps.lap(kStageScores);
     if (kv.own) pack_v_transposed<DT>(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2, v_lo);
+    laps.lap(kStageKv);
 
     if (job.dropout.active) {  // dropout works on the fp32 P, which is packed afterwards
       softmax_raw_tile<DT>(job, w, it, j0, cols);
@@ -630,13 +635,17 @@ void run_tile_amx(const Fa2Job& job, const Workspace& w, const TileItem& it) {
       const float scale = prepare_scores(job, w, it, j0, cols);
       softmax_to_pairs<kP, kHalfSoftmax<DT>>(w, cols, cols_pad, nvec, tq, scale, pb, tkv / 2, p_lo, &next);
     }
+    laps.lap(kStageSoftmax);
     const bool fresh = j0 == it.kv_begin;
     if (!fresh) rescale_output(w, D, nvec, tq);
+    laps.lap(kStageRescale);
     amx_accumulate<kP>(kv.vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, cols_pad, width, w.ot, fresh, &next);
     next.issue(next.total_lines());  // what rounding left
+    laps.lap(kStagePv);
   }
   _tile_release();
   write_outputs_16bit<DT>(job, w, it);
+  laps.finish(kStageEpilogue);
 }
 
 // TDPBF16PS throughput of this thread's tile unit, GFLOP/s: four independent

@@ -15,6 +15,8 @@
 // (plus convert_f16 / convert_bf16 when FA_HAVE_SIMD_CONVERT).
 #pragma once
 
+#include <x86intrin.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +30,15 @@
 namespace fa::FA_KERNEL_NS {
 
 using detail::Fa2Job;
+using detail::TileStage;
+using detail::kStageQ;
+using detail::kStageKv;
+using detail::kStageScores;
+using detail::kStageSoftmax;
+using detail::kStageRescale;
+using detail::kStagePv;
+using detail::kStageEpilogue;
+using detail::kStageCount;
 
 inline constexpr float kNegInf = -__builtin_inff();
 inline constexpr float kLn2 = 0.69314718055994531f;
@@ -743,8 +754,37 @@ inline void softmax_raw_tile(const Fa2Job& job, const Workspace& w, const TileIt
   if (job.dropout.active) drop_tile(job, it.bh, it.i0, it.rows, j0, cols, w.st, job.tile_q);
 }
 
+// FA_STAGE_TIMING: one item's stage laps (TSC), added to job.stage_cycles
+// by finish(); a no-op (no TSC read) when the job is not timed.  (No
+// destructor: it would give the kernel files exception-cleanup symbols.)
+class StageLaps {
+ public:
+  explicit StageLaps(std::uint64_t* out) : out_(out), last_(out ? __rdtsc() : 0) {}
+  StageLaps(const StageLaps&) = delete;
+  StageLaps& operator=(const StageLaps&) = delete;
+  // The time since the previous lap goes to `stage`.
+  void lap(TileStage stage) {
+    if (!out_) return;
+    const std::uint64_t now = __rdtsc();
+    sum_[stage] += now - last_;
+    last_ = now;
+  }
+  // The last lap goes to `stage`, and the item's sums to the job's counters.
+  void finish(TileStage stage) {
+    if (!out_) return;
+    lap(stage);
+    for (int i = 0; i < kStageCount; ++i) __atomic_fetch_add(out_ + i, sum_[i], __ATOMIC_RELAXED);
+  }
+
+ private:
+  std::uint64_t* out_;
+  std::uint64_t last_;
+  std::uint64_t sum_[kStageCount] = {};
+};
+
 template <DType DT, bool kPrefetch>
 void run_tile(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+  StageLaps laps(job.stage_cycles);
   constexpr int W = Vec::W;
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, tkv = job.tile_kv;
   const int rows = it.rows, nvec = it.nvec, width = nvec * W;
@@ -764,20 +804,27 @@ void run_tile(const Fa2Job& job, const Workspace& w, const TileItem& it) {
     }
   }
   init_tile_state(job, w, it);
+  laps.lap(kStageQ);
 
   for (std::int64_t j0 = it.kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
     const KvTile kv = load_kv_tile<DT, kPrefetch>(job, w, kbase, vbase, j0, cols, kv_end);
+    laps.lap(kStageKv);
 
     // Sᵀ[c][r] = K[c] · Qᵀ[:, r]
     gemm<false>(kv.k, kv.ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr);
+    laps.lap(kStageScores);
     softmax_raw_tile<DT>(job, w, it, j0, cols);
+    laps.lap(kStageSoftmax);
 
-    // Oᵀ[d][r] = Oᵀ[d][r] * alpha[r] + sum_c V[c][d] * Pᵀ[c][r]
+    // Oᵀ[d][r] = Oᵀ[d][r] * alpha[r] + sum_c V[c][d] * Pᵀ[c][r] (the rescale is
+    // fused into this product here)
     gemm<true>(kv.v, 1, kv.ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha);
+    laps.lap(kStagePv);
   }
 
   write_tile_outputs<DT>(job, w, it);
+  laps.finish(kStageEpilogue);
 }
 
 }  // namespace fa::FA_KERNEL_NS

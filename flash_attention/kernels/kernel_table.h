@@ -16,6 +16,21 @@ namespace fa::detail {
 // lanes: decoding (one query row) would otherwise idle all lanes but one.
 inline constexpr int kRowPathMaxRows = 4;
 
+// The stages of the tile loops that FA_STAGE_TIMING=1 times (TSC cycles,
+// summed over items and threads): Q loaded and the row state set up; K/V
+// tiles converted or packed; Q·Kᵀ; the softmax with masks and modifiers (and
+// P packed for the tile unit); O rescaled; P·V; the epilogue (O and LSE).
+enum TileStage : int {
+  kStageQ,
+  kStageKv,
+  kStageScores,
+  kStageSoftmax,
+  kStageRescale,
+  kStagePv,
+  kStageEpilogue,
+  kStageCount
+};
+
 // Everything the FA2 tile loop needs, resolved once by the dispatcher, so the
 // per-ISA code touches no optional or inline helper of the public API.
 struct Fa2Job {
@@ -62,6 +77,9 @@ struct Fa2Job {
   std::uint16_t* kv_pack;
   std::uint32_t* kv_pack_state;
   std::int64_t kv_pack_tiles;
+  // FA_STAGE_TIMING: kStageCount cycle counters the tile loops add to (null:
+  // not timed; the row path for short Q tiles is never timed).
+  std::uint64_t* stage_cycles;
 };
 
 struct KernelTable {
