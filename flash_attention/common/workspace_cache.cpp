@@ -27,7 +27,13 @@ struct WorkspaceCache {
 };
 
 WorkspaceCache& workspace_cache() {
-  static WorkspaceCache* c = new WorkspaceCache;  // never destroyed: blocks may be released during static destruction
+  // Never destroyed: blocks may be released during static destruction.  Its
+  // list's room is reserved up front, so returning a block never allocates.
+  static WorkspaceCache* c = [] {
+    auto* cache = new WorkspaceCache;
+    cache->idle.reserve(kMaxIdleBlocks + 1);
+    return cache;
+  }();
   return *c;
 }
 
