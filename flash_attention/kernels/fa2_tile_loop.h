@@ -202,12 +202,6 @@ inline double calls_per_second(double seconds, long inner, Body&& body) {
   return double(calls) / elapsed;
 }
 
-inline void prefetch_rows(const char* p, std::int64_t stride_bytes, int rows, int row_bytes) {
-  for (int r = 0; r < rows; ++r) {
-    for (int off = 0; off < row_bytes; off += 64) __builtin_prefetch(p + r * stride_bytes + off, 0, 3);
-  }
-}
-
 // Online softmax over one Sᵀ tile [cols][tq], one vector lane per query row:
 // Sᵀ becomes Pᵀ = exp2(S * scale - new max), the running max and sum move,
 // and alpha receives each row's rescale factor for the output accumulator.
@@ -251,25 +245,13 @@ struct KvTile {
   std::int64_t ldk, ldv;
 };
 
-// FA_ENABLE_ASYNC: software prefetch of the K/V tile after the one at j0.
-template <DType DT>
-inline void prefetch_next_kv_tile(const Fa2Job& job, const char* kbase, const char* vbase, std::int64_t j0,
-                                  std::int64_t kv_end) {
-  const int D = static_cast<int>(job.head_dim), tkv = job.tile_kv;
-  const std::int64_t es = static_cast<std::int64_t>(dtype_size(DT)), ks = job.k_strides[2], vs = job.v_strides[2];
-  const std::int64_t j1 = j0 + tkv;
-  if (j1 >= kv_end) return;
-  const int next = static_cast<int>(kv_end - j1 < tkv ? kv_end - j1 : tkv);
-  prefetch_rows(kbase + j1 * ks * es, ks * es, next, D * int(es));
-  prefetch_rows(vbase + j1 * vs * es, vs * es, next, D * int(es));
-}
-
 // The next K/V tile's cache lines, fetched a few at a time from inside this
 // tile's three long phases (Q·Kᵀ, softmax, P·V each issue a third of them,
 // a share per block or row step) instead of all at the tile's start: two
 // thousand prefetches in a row wait on the core's fill buffers just as the
 // loads they replace would, while spread over the compute their latency hides
 // behind it.  Into L2 (a tile is larger than L1): K rows first, then V.
+// FA_ENABLE_ASYNC on the vector paths issues all of them at once, into L1.
 struct KvLineStream {
   const char* base[2] = {nullptr, nullptr};  // K, V
   std::int64_t stride[2] = {0, 0};           // row strides in bytes
@@ -279,9 +261,10 @@ struct KvLineStream {
   int total_lines() const { return 2 * rows * lines_per_row; }
   // Lines per step for a phase of `steps` steps that carries a third.
   int third_per_step(int steps) const { return (total_lines() + 3 * steps - 1) / (3 * steps); }
+  template <int kLocality = 2>
   void issue(int n) {
     for (; n > 0 && part < 2; --n) {
-      __builtin_prefetch(base[part] + row * stride[part] + line * 64, 0, 2);
+      __builtin_prefetch(base[part] + row * stride[part] + line * 64, 0, kLocality);
       if (++line == lines_per_row) {
         line = 0;
         if (++row == rows) {
@@ -316,7 +299,10 @@ inline KvTile load_kv_tile(const Fa2Job& job, const Workspace& w, const char* kb
   const int D = static_cast<int>(job.head_dim);
   const std::size_t es = dtype_size(DT);
   const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
-  if constexpr (kPrefetch) prefetch_next_kv_tile<DT>(job, kbase, vbase, j0, kv_end);
+  if constexpr (kPrefetch) {  // FA_ENABLE_ASYNC: the next tile's rows, all at once
+    KvLineStream next = next_kv_tile_lines<DT>(job, kbase, vbase, j0, kv_end);
+    next.issue<3>(next.total_lines());
+  }
   if constexpr (DT == DType::kF32) {
     return {reinterpret_cast<const float*>(kbase) + j0 * ks, reinterpret_cast<const float*>(vbase) + j0 * vs, ks, vs};
   } else {
