@@ -10,7 +10,7 @@ option(FA_ENABLE_ASYNC "Prefetch the next K/V tile while computing the current o
 option(FA_SPLIT_ENABLE "Split the K/V sequence into chunks computed in parallel" OFF)
 set(FA_SPLIT_THRESHOLD "128" CACHE STRING "Smallest K/V chunk (keys) when FA_SPLIT_ENABLE=ON")
 option(FA_MIXED_PRECISION_SOFTMAX "Softmax and accumulation in fp32 for fp16/bf16 inputs" ON)
-set(FA_TARGET "auto" CACHE STRING "CPU kernel paths to build: auto (all, chosen at run time), generic, avx2, avx512, amx")
+set(FA_TARGET "auto" CACHE STRING "CPU kernel paths to build: auto (all, chosen at run time), generic, avx2, avx512, avx512bf16, amx")
 option(ENABLE_BENCHMARK "Build the <version>_benchmark programs" ON)
 option(ENABLE_TESTS "Build the <version>_test programs and the CTest suite" ON)
 
@@ -56,12 +56,12 @@ endif()
 
 # FA_TARGET plays the guide's ASCEND_NPU_TYPE: which instruction sets the
 # kernels are compiled for.  auto builds every path and picks at run time.
-set(FA_VALID_TARGETS auto generic avx2 avx512 amx)
+set(FA_VALID_TARGETS auto generic avx2 avx512 avx512bf16 amx)
 if(NOT FA_TARGET IN_LIST FA_VALID_TARGETS)
-  fa_fail(FA_TARGET "${FA_TARGET}" "auto, generic, avx2, avx512 or amx")
+  fa_fail(FA_TARGET "${FA_TARGET}" "auto, generic, avx2, avx512, avx512bf16 or amx")
 endif()
 if(FA_TARGET STREQUAL "auto")
-  set(FA_KERNEL_PATHS generic avx2 avx512 amx)
+  set(FA_KERNEL_PATHS generic avx2 avx512 avx512bf16 amx)
 else()
   set(FA_KERNEL_PATHS ${FA_TARGET})
 endif()
@@ -71,6 +71,9 @@ set(FA_ISA_FLAGS_generic "")
 set(FA_ISA_FLAGS_avx2 -mavx2 -mfma -mf16c)
 # GCC 12 warns falsely about _mm512_undefined_* inside its own intrinsics headers.
 set(FA_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma -mf16c -Wno-maybe-uninitialized)
+# The avx512bf16 path: the AVX-512 loop plus AVX512_BF16 (VDPBF16PS products
+# for bf16, fp32 -> bf16 pairs).
+set(FA_ISA_FLAGS_avx512bf16 ${FA_ISA_FLAGS_avx512} -mavx512bf16)
 # The AMX path: the AVX-512 loop plus AVX512_BF16 (fp32 -> bf16 pairs), the
 # tile unit, and AVX512-FP16 (the fp16 softmax of FA_MIXED_PRECISION_SOFTMAX=OFF);
 # every CPU with AMX has both.

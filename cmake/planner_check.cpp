@@ -12,8 +12,9 @@ int main(int argc, char** argv) {
   const fa::detail::TargetInfo* target = fa::detail::find_target(argv[1]);
   if (!target) return 2;
   const int tq = std::atoi(argv[2]), tkv = std::atoi(argv[3]), d = std::atoi(argv[4]);
-  // On the tile unit the largest working set is fp16's (P in two bf16 pieces).
-  const int p_bytes = std::strcmp(target->name, "amx") == 0 ? 4 : 0;
+  // P also kept in bf16 pairs: on the tile unit the largest working set is
+  // fp16's (two pieces), with VDPBF16PS bf16's (one).
+  const int p_bytes = std::strcmp(target->name, "amx") == 0 ? 4 : std::strcmp(target->name, "avx512bf16") == 0 ? 2 : 0;
   auto working_set = [&](int q, int kv) { return fa::detail::fa2_working_set_bytes(q, kv, d, p_bytes); };
   const std::size_t used = working_set(tq, tkv);
   const std::size_t limit = target->l2_bytes;

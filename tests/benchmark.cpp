@@ -62,7 +62,7 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"threads", K::kInt, "N", "threads (default: every core this process may use, capped by FA_MAX_THREADS)"},
       {"num-splits", K::kString, "N|auto", "split-KV chunks: 1 = unsplit, N, or auto (default: auto with FA_SPLIT_ENABLE=ON, else 1)"},
       {"seed", K::kInt, "N", "seed of the random inputs used when no input files are given (default 1)"},
-      {"isa", K::kString, "generic|avx2|avx512|amx", "kernel path (default: FA_ISA, else the fastest this CPU runs)"},
+      {"isa", K::kString, "generic|avx2|avx512|avx512bf16|amx", "kernel path (default: FA_ISA, else the fastest this CPU runs)"},
       {"no-probe", K::kBool, "", "skip the start-up measurement of the vector unit's peak (no Utilization line)"},
       {"output", K::kString, "PATH", "write O as [batch, seq_q, heads*head_dim] in --dtype"},
       {"check", K::kBool, "", "compare O with the float64 reference; exit 1 when out of tolerance"},
@@ -118,29 +118,43 @@ std::vector<std::pair<int, int>> parse_tile_list(const std::string& text) {
 
 // The unit a call's products run on, for the Utilization line.
 const char* unit_name(fa::Isa isa, bool matrix) {
-  if (matrix) return "AMX TDPBF16PS";
+  if (matrix) return isa == fa::Isa::kAmx ? "AMX TDPBF16PS" : "AVX512-BF16 VDPBF16PS";
   switch (isa) {
     case fa::Isa::kGeneric: return "SSE2 mul+add";
     case fa::Isa::kAvx2: return "AVX2 FMA";
     case fa::Isa::kAvx512:
+    case fa::Isa::kAvx512Bf16:
     case fa::Isa::kAmx: return "AVX-512 FMA";
   }
   return "?";
 }
 
-// The Kernel line: the path, and on the amx path which units the products
-// and the softmax use.
+// The kernel's short name (the JSON record's "kernel"): the path, amx-bf16
+// when the amx path runs the products on its tiles.
+std::string kernel_id(fa::Isa isa, bool matrix) {
+  return isa == fa::Isa::kAmx && matrix ? "amx-bf16" : std::string(fa::isa_name(isa));
+}
+
+// The Kernel line: the path, and on the paths with a bf16 engine (amx,
+// avx512bf16) which units the products and the softmax use.
 std::string kernel_name(fa::Isa isa, bool matrix, fa::DType dtype) {
-  if (isa != fa::Isa::kAmx) return std::string(fa::isa_name(isa));
+  if (isa != fa::Isa::kAmx && isa != fa::Isa::kAvx512Bf16) return std::string(fa::isa_name(isa));
   std::vector<std::string> notes;
   if (!matrix) {
-    notes.push_back(dtype == fa::DType::kF32 ? "fp32 products on AVX-512 FMA"
-                                             : "products on AVX-512 FMA: the tiles need head_dim a multiple of 32");
+    if (dtype == fa::DType::kBF16 || (isa == fa::Isa::kAmx && dtype == fa::DType::kF16)) {
+      notes.push_back("products on AVX-512 FMA: the pair path needs head_dim a multiple of 32");
+    } else {
+      notes.push_back(std::string(fa::dtype_name(dtype)) + " products on AVX-512 FMA");
+    }
+  } else if (isa == fa::Isa::kAvx512Bf16) {
+    notes.push_back("bf16 products with VDPBF16PS");
   } else if (dtype == fa::DType::kF16) {
     notes.push_back("fp16 as two exact bf16 pieces, three products each");
   }
-  if (dtype == fa::DType::kF16 && !fa::mixed_precision_softmax()) notes.push_back("fp16 softmax on AVX512-FP16");
-  std::string name = matrix ? "amx-bf16" : "amx";
+  if (isa == fa::Isa::kAmx && dtype == fa::DType::kF16 && !fa::mixed_precision_softmax()) {
+    notes.push_back("fp16 softmax on AVX512-FP16");
+  }
+  std::string name = kernel_id(isa, matrix);
   for (std::size_t i = 0; i < notes.size(); ++i) name += (i ? "; " : " (") + notes[i];
   return notes.empty() ? name : name + ")";
 }
@@ -284,7 +298,7 @@ Options read_options(const Args& a) {
   o.output = a.str("output");
   if (a.has("isa")) {
     auto isa = fa::parse_isa(a.str("isa"));
-    if (!isa) throw UsageError("--isa: unknown kernel path '" + a.str("isa") + "' (expected generic, avx2, avx512 or amx)");
+    if (!isa) throw UsageError("--isa: unknown kernel path '" + a.str("isa") + "' (expected generic, avx2, avx512, avx512bf16 or amx)");
     p.isa = *isa;
   }
   o.probe = !a.flag("no-probe");
@@ -528,7 +542,8 @@ int run(int argc, char** argv) {
   };
 
   const int used_threads = plan.threads;
-  // The products' unit: the AMX tiles for bf16 on the amx path, else the
+  // The products' unit: the AMX tiles (amx path, bf16 and fp16) or
+  // VDPBF16PS (avx512bf16 path, bf16) where the pair path runs, else the
   // path's vector FMA.
   const bool matrix = fa::uses_matrix_unit(isa, o.dtype, D);
   auto measure_peak = [&] {
@@ -604,7 +619,7 @@ int run(int argc, char** argv) {
                   std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
                   p.mask ? "true" : "false", tq, tkv, plan.source.c_str(), plan.working_set_bytes, plan.limit_bytes,
                   used_threads, 100.0 * plan.occupancy, plan.num_splits,
-                  matrix ? "amx-bf16" : std::string(fa::isa_name(isa)).c_str());
+                  kernel_id(isa, matrix).c_str());
     std::cout << line;
     std::snprintf(line, sizeof line,
                   "\"latency_ms\": %.6f, \"latency_min_ms\": %.6f, \"latency_max_ms\": %.6f, \"runs\": %d, "

@@ -206,7 +206,7 @@ int run(int argc, char** argv) {
                      {{"quick", fa::cli::FlagKind::kBool, "", "run a subset (under 30 s)"},
                       {"dtype", fa::cli::FlagKind::kString, "fp16|bf16|fp32", "only cases of this dtype"},
                       {"seed", fa::cli::FlagKind::kInt, "N", "seed of the random inputs (default 1)"},
-                      {"isa", fa::cli::FlagKind::kString, "generic|avx2|avx512|amx",
+                      {"isa", fa::cli::FlagKind::kString, "generic|avx2|avx512|avx512bf16|amx",
                        "only this kernel path (default: every path this CPU can run)"},
                       {"help", fa::cli::FlagKind::kBool, "", "print this help"}});
   args.parse(argc, argv);
@@ -224,14 +224,14 @@ int run(int argc, char** argv) {
   std::vector<fa::Isa> paths;
   if (args.has("isa")) {
     auto isa = fa::parse_isa(args.str("isa"));
-    if (!isa) throw fa::cli::UsageError("--isa: unknown kernel path '" + args.str("isa") + "' (expected generic, avx2, avx512 or amx)");
+    if (!isa) throw fa::cli::UsageError("--isa: unknown kernel path '" + args.str("isa") + "' (expected generic, avx2, avx512, avx512bf16 or amx)");
     fa::Isa chosen;
     fa::AttentionParams probe;
     probe.isa = *isa;
     if (fa::Status s = fa::fa2_select_isa(probe, &chosen); !s.ok()) throw fa::cli::UsageError("--isa: " + s.message());
     paths = {*isa};
   } else {
-    for (fa::Isa isa : {fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAmx}) {
+    for (fa::Isa isa : {fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAvx512Bf16, fa::Isa::kAmx}) {
       if (fa::isa_available(isa)) paths.push_back(isa);
     }
   }

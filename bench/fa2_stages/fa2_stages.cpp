@@ -17,6 +17,9 @@ StageReport time_stages_avx2(const StageConfig& cfg);
 #if FA_BUILD_AVX512
 StageReport time_stages_avx512(const StageConfig& cfg);
 #endif
+#if FA_BUILD_AVX512BF16
+StageReport time_stages_avx512bf16(const StageConfig& cfg);
+#endif
 #if FA_BUILD_AMX
 StageReport time_stages_amx(const StageConfig& cfg);
 #endif
@@ -35,6 +38,9 @@ fa::bench::StageReport run(fa::Isa isa, const fa::bench::StageConfig& cfg) {
 #if FA_BUILD_AVX512
     case fa::Isa::kAvx512: return fa::bench::time_stages_avx512(cfg);
 #endif
+#if FA_BUILD_AVX512BF16
+    case fa::Isa::kAvx512Bf16: return fa::bench::time_stages_avx512bf16(cfg);
+#endif
 #if FA_BUILD_AMX
     case fa::Isa::kAmx: return fa::bench::time_stages_amx(cfg);
 #endif
@@ -45,7 +51,7 @@ fa::bench::StageReport run(fa::Isa isa, const fa::bench::StageConfig& cfg) {
 int main_impl(int argc, char** argv) {
   using K = fa::cli::FlagKind;
   fa::cli::Args args("fa2_stages", {
-      {"isa", K::kString, "generic|avx2|avx512|amx", "kernel path (default: the fastest available)"},
+      {"isa", K::kString, "generic|avx2|avx512|avx512bf16|amx", "kernel path (default: the fastest available)"},
       {"dtype", K::kString, "fp16|bf16|fp32", "input dtype (default bf16)"},
       {"head-dim", K::kInt, "N", "head dimension, a multiple of 8 (default 128)"},
       {"tile-q", K::kInt, "N", "Q tile (default: FA_TILE_Q, 128 when auto)"},
@@ -62,7 +68,7 @@ int main_impl(int argc, char** argv) {
   fa::AttentionParams probe;
   if (args.has("isa")) {
     probe.isa = fa::parse_isa(args.str("isa"));
-    if (!probe.isa) throw fa::cli::UsageError("--isa: unknown path '" + args.str("isa") + "' (expected generic, avx2, avx512 or amx)");
+    if (!probe.isa) throw fa::cli::UsageError("--isa: unknown path '" + args.str("isa") + "' (expected generic, avx2, avx512, avx512bf16 or amx)");
   }
   fa::Isa isa;
   if (fa::Status s = fa::fa2_select_isa(probe, &isa); !s.ok()) throw fa::cli::UsageError("--isa: " + s.message());

@@ -26,7 +26,7 @@ struct StageReport {
   // accumulator set-up, epilogue (normalize, transpose back, store).
   double item_overhead_ns;
   double peak_gflops_one_thread;
-  const char* peak_unit;  // the probe behind the peak: "FMA" or "AMX"
+  const char* peak_unit;  // the probe behind the peak: "FMA", "AMX" or "VDPBF16PS"
 };
 
 }  // namespace fa::bench

@@ -1,7 +1,7 @@
 // Times the stages of the FA2 tile loop of one instruction-set path on one
 // thread, each on its own in a loop over the same tile (Q·Kᵀ, softmax, P·V,
-// K/V conversion; on the amx path for bf16 also the packing into the tile
-// unit's pair layout; the softmax's cost does not depend on the values it sees),
+// K/V conversion; on the pair path (amx, avx512bf16) also the packing into
+// the pair layouts; the softmax's cost does not depend on the values it sees),
 // then a whole work item (run_item) against the sum of its tiles.  The code timed is the
 // kernel's own (fa2_tile_loop.h), not a copy.  Included by stages_<isa>.cpp
 // after the path's vec header and the loop header.
@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "stage_report.h"
@@ -31,10 +32,11 @@ double ns_per_call(Fn&& fn, double seconds) {
   return elapsed * 1e9 / double(calls);
 }
 
-#if defined(FA_HAVE_AMX)
-// The amx tile path's stages (amx_tile_path.h), on the same buffers.
+#if defined(FA_HAVE_BF16_PAIRS)
+// The pair path's stages (bf16_pair_path.h and the path's engine), on the
+// same buffers.
 template <DType DT, class Add>
-void time_amx_stages(const bench::StageConfig& cfg, const Workspace& w, const char* q, const char* k, const char* v,
+void time_pair_stages(const bench::StageConfig& cfg, const Workspace& w, const char* q, const char* k, const char* v,
                      Add&& add) {
   constexpr int kP = kPieces<DT>;
   const int D = cfg.head_dim, tq = cfg.tile_q, tkv = cfg.tile_kv, nvec = tq / 16;
@@ -46,24 +48,30 @@ void time_amx_stages(const bench::StageConfig& cfg, const Workspace& w, const ch
   const auto* k16 = reinterpret_cast<const std::uint16_t*>(k);
   const auto* v16 = reinterpret_cast<const std::uint16_t*>(v);
   pack_q_pairs<DT>(reinterpret_cast<const std::uint16_t*>(q), D, tq, tq, D, qb, q_lo);
-  amx_load_config();
+  PairEngine::begin();
   auto kpack = [&] { pack_k_tiles<DT>(k16, D, tkv, tkv, D, kp, k_lo); };
-  auto scores = [&] { amx_scores<kP>(kp, k_lo, qb, q_lo, tq, D, tkv, tq, w.st); };
+  auto scores = [&] { PairEngine::scores<kP>(kp, k_lo, qb, q_lo, tq, D, tkv, tq, w.st, nullptr); };
   auto vpack = [&] { pack_v_transposed<DT>(v16, D, tkv, tkv, D, vt, tkv / 2, v_lo); };
   auto fused = [&] { softmax_to_pairs<kP, kHalfSoftmax<DT>>(w, tkv, tkv, nvec, tq, 0.18f, pb, tkv / 2, p_lo); };
   auto rescale = [&] { rescale_output(w, D, nvec, tq); };
-  auto accumulate = [&] { amx_accumulate<kP>(vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, tkv, tq, w.ot, false); };
+  auto accumulate = [&] {
+    PairEngine::accumulate<kP>(vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, tkv, tq, w.ot, false, nullptr);
+  };
   kpack();
   scores();  // Sᵀ holds real scores before the softmax is timed
   vpack();
-  add(kP == 1 ? "Q*K^T (AMX tiles)" : "Q*K^T (AMX, 3 products)", ns_per_call(scores, cfg.seconds), flops);
+  static const std::string unit = PairEngine::kUnit;
+  static const std::string qk_name = "Q*K^T (" + unit + (kP == 1 ? ")" : ", 3 products)");
+  static const std::string pv_name = "P*V (" + unit + (kP == 1 ? ")" : ", 3 products)");
+  add(qk_name.c_str(), ns_per_call(scores, cfg.seconds), flops);
   add(kP == 1 ? "K copy to A-tile order" : "K split+copy to A tiles", ns_per_call(kpack, cfg.seconds), 0);
   add(kP == 1 ? "V transpose to pairs" : "V split+transpose", ns_per_call(vpack, cfg.seconds), 0);
   add(kHalfSoftmax<DT> ? "fp16-exp softmax + P split" : kP == 1 ? "softmax + P to bf16 pairs" : "softmax + P split to pairs",
       ns_per_call(fused, cfg.seconds), 0);
   for (int i = 0; i < tq; ++i) w.alpha[i] = 0.5f;  // rescale timed as when the max moved
   add("O rescale (when max moved)", ns_per_call(rescale, cfg.seconds), 0);
-  add(kP == 1 ? "P*V (AMX tiles)" : "P*V (AMX, 3 products)", ns_per_call(accumulate, cfg.seconds), flops);
+  add(pv_name.c_str(), ns_per_call(accumulate, cfg.seconds), flops);
+#if defined(FA_HAVE_AMX)
   // The same number of 2 x 2 blocks as Q*K^T on one 32 x 32 block of the
   // operands (in L1 throughout): what the blocking itself allows.
   auto ceiling = [&] {
@@ -84,15 +92,16 @@ void time_amx_stages(const bench::StageConfig& cfg, const Workspace& w, const ch
     }
   };
   if (tq >= 32) add("Q*K^T block, operands in L1", ns_per_call(ceiling, cfg.seconds), flops, true);
-  _tile_release();
+#endif
+  PairEngine::end();
 }
 #endif
 
 template <DType DT>
 bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   const int D = cfg.head_dim, tq = cfg.tile_q, tkv = cfg.tile_kv, nvec = tq / Vec::W;
-#if defined(FA_HAVE_AMX)
-  std::vector<float> scratch(amx_workspace_floats(tq, tkv, D) + 16);
+#if defined(FA_HAVE_BF16_PAIRS)
+  std::vector<float> scratch(pair_workspace_floats(tq, tkv, D) + 16);
 #else
   std::vector<float> scratch(Workspace::floats(tq, tkv, D) + 16);
 #endif
@@ -129,11 +138,11 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   };
   r.peak_unit = "FMA";
   bool timed = false;
-#if defined(FA_HAVE_AMX)
-  if constexpr (DT != DType::kF32) {
-    if (D % 32 == 0 && tkv % 32 == 0) {  // as amx_tile_path_fits
-      time_amx_stages<DT>(cfg, w, q.data(), k.data(), v.data(), add);
-      r.peak_unit = "AMX";
+#if defined(FA_HAVE_BF16_PAIRS)
+  if constexpr (PairEngine::kHandles<DT>) {
+    if (D % 32 == 0 && tkv % 32 == 0) {  // as pair_tile_path_fits
+      time_pair_stages<DT>(cfg, w, q.data(), k.data(), v.data(), add);
+      r.peak_unit = PairEngine::kUnit;
       timed = true;
     }
   }
@@ -183,6 +192,10 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
 #if defined(FA_HAVE_AMX)
   if (timed) {
     r.peak_gflops_one_thread = amx_peak_one_thread(cfg.seconds);
+  } else
+#elif defined(FA_HAVE_BF16_DOT)
+  if (timed) {
+    r.peak_gflops_one_thread = dot_peak_one_thread(cfg.seconds);
   } else
 #endif
   {

@@ -18,6 +18,7 @@ struct CpuFeatures {
   bool has_avx512_path() const {
     return has_avx2_path() && os_avx512 && avx512f && avx512bw && avx512vl && avx512dq;
   }
+  bool has_avx512bf16_path() const { return has_avx512_path() && avx512_bf16; }
   bool has_amx_path() const {
     return has_avx512_path() && avx512_bf16 && avx512_fp16 && os_amx && amx_tile && amx_bf16;
   }

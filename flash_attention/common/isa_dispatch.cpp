@@ -21,6 +21,9 @@ extern const KernelTable kKernels_avx2;
 #if FA_BUILD_AVX512
 extern const KernelTable kKernels_avx512;
 #endif
+#if FA_BUILD_AVX512BF16
+extern const KernelTable kKernels_avx512bf16;
+#endif
 #if FA_BUILD_AMX
 extern const KernelTable kKernels_amx;
 #endif
@@ -36,6 +39,9 @@ const KernelTable* kernel_table(Isa isa) {
 #if FA_BUILD_AVX512
     case Isa::kAvx512: return &kKernels_avx512;
 #endif
+#if FA_BUILD_AVX512BF16
+    case Isa::kAvx512Bf16: return &kKernels_avx512bf16;
+#endif
 #if FA_BUILD_AMX
     case Isa::kAmx: return &kKernels_amx;
 #endif
@@ -47,7 +53,7 @@ const KernelTable* kernel_table(Isa isa) {
 
 namespace {
 
-constexpr Isa kAllIsas[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAmx};
+constexpr Isa kAllIsas[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx};
 
 bool cpu_can_run(Isa isa) {
   const detail::CpuFeatures& f = detail::cpu_features();
@@ -55,6 +61,7 @@ bool cpu_can_run(Isa isa) {
     case Isa::kGeneric: return true;
     case Isa::kAvx2: return f.has_avx2_path();
     case Isa::kAvx512: return f.has_avx512_path();
+    case Isa::kAvx512Bf16: return f.has_avx512bf16_path();
     // Linux hands out the tile registers only on request (once per process).
     case Isa::kAmx: return f.has_amx_path() && detail::request_amx_permission();
   }
@@ -67,6 +74,7 @@ const char* requirement(Isa isa) {
     case Isa::kGeneric: return "x86-64";
     case Isa::kAvx2: return "avx2+fma+f16c";
     case Isa::kAvx512: return "avx512f+avx512bw+avx512vl+avx512dq";
+    case Isa::kAvx512Bf16: return "avx512f+avx512bw+avx512vl+avx512dq+avx512-bf16";
     case Isa::kAmx: return "amx-tile+amx-bf16+avx512-bf16+avx512-fp16";
   }
   return "?";
@@ -81,7 +89,7 @@ std::string cannot_run(Isa isa) {
          detail::cpu_feature_list() + ")";
 }
 
-// "generic, avx2, avx512 or amx", for messages.
+// "generic, avx2, avx512, avx512bf16 or amx", for messages.
 std::string isa_choices() {
   std::string out;
   for (std::size_t i = 0; i < std::size(kAllIsas); ++i) {
@@ -98,6 +106,7 @@ std::string_view isa_name(Isa isa) {
     case Isa::kGeneric: return "generic";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kAvx512Bf16: return "avx512bf16";
     case Isa::kAmx: return "amx";
   }
   return "?";
@@ -189,7 +198,8 @@ double measure_matrix_peak_gflops(Isa isa, int threads, double seconds) {
 }
 
 bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim) {
-  return isa == Isa::kAmx && dtype != DType::kF32 && head_dim % 32 == 0;
+  if (head_dim % 32 != 0) return false;
+  return (isa == Isa::kAmx && dtype != DType::kF32) || (isa == Isa::kAvx512Bf16 && dtype == DType::kBF16);
 }
 
 }  // namespace fa

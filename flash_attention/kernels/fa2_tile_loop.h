@@ -815,10 +815,25 @@ void run_tile(const Fa2Job& job, const Workspace& w, const TileItem& it) {
 
 }  // namespace fa::FA_KERNEL_NS
 
-// The amx path's products on the tile unit (uses the helpers above).
+// The pair path (bf16 pair layouts, uses the helpers above) and its engine:
+// the AMX tile unit, or AVX512_BF16's dot products.
+#if defined(FA_HAVE_AMX) || defined(FA_HAVE_BF16_DOT)
+#define FA_HAVE_BF16_PAIRS 1
+#include "bf16_pair_path.h"
+#endif
 #if defined(FA_HAVE_AMX)
 #include "amx_tile_path.h"
+#elif defined(FA_HAVE_BF16_DOT)
+#include "bf16_dot_path.h"
 #endif
+
+namespace fa::FA_KERNEL_NS {
+#if defined(FA_HAVE_AMX)
+using PairEngine = AmxProducts;
+#elif defined(FA_HAVE_BF16_DOT)
+using PairEngine = DotProducts;
+#endif
+}  // namespace fa::FA_KERNEL_NS
 
 namespace fa::FA_KERNEL_NS {
 
@@ -860,10 +875,10 @@ void run_item(const Fa2Job& job, std::int64_t item, const Workspace& w) {
   }
 
   const TileItem it{b, h, bh, split, i0, kv_begin, kv_end, rows, nvec, qbase, kbase, vbase};
-#if defined(FA_HAVE_AMX)
-  if constexpr (DT != DType::kF32) {
-    if (amx_tile_path_fits(job)) {
-      run_tile_amx<DT>(job, w, it);
+#if defined(FA_HAVE_BF16_PAIRS)
+  if constexpr (PairEngine::template kHandles<DT>) {
+    if (pair_tile_path_fits(job)) {
+      run_tile_pairs<DT, PairEngine>(job, w, it);
       return;
     }
   }

@@ -64,7 +64,7 @@ TEST_P(AccuracyRule, AtMostTwiceTheErrorOfSameDtypeAttention) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllPaths, AccuracyRule,
-    ::testing::Combine(::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAmx),
+    ::testing::Combine(::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAvx512Bf16, fa::Isa::kAmx),
                        ::testing::Values(fa::DType::kF32, fa::DType::kF16, fa::DType::kBF16), ::testing::Range(0, 12)),
     [](const auto& info) {
       return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +

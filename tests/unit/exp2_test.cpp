@@ -66,9 +66,9 @@ TEST_P(Exp2, UnderflowAndMinusInfinityGiveZero) {
   for (float x : out) EXPECT_EQ(x, 0.0f);
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, Exp2, ::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAmx),
+INSTANTIATE_TEST_SUITE_P(Paths, Exp2, ::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAvx512Bf16, fa::Isa::kAmx),
                          [](const auto& info) { return std::string(fa::isa_name(info.param)); });
-INSTANTIATE_TEST_SUITE_P(Paths, Exp2AboveZero, ::testing::Values(fa::Isa::kAvx512, fa::Isa::kAmx),
+INSTANTIATE_TEST_SUITE_P(Paths, Exp2AboveZero, ::testing::Values(fa::Isa::kAvx512, fa::Isa::kAvx512Bf16, fa::Isa::kAmx),
                          [](const auto& info) { return std::string(fa::isa_name(info.param)); });
 
 }  // namespace

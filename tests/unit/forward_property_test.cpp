@@ -74,12 +74,13 @@ CaseSpec random_case(DType dtype, std::uint32_t seed) {
   return c;
 }
 
-const auto kPaths = ::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAmx);
+const auto kPaths = ::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAvx512Bf16, fa::Isa::kAmx);
 const auto kDtypes = ::testing::Values(DType::kF32, DType::kF16, DType::kBF16);
 
-void skip_unless_available(fa::Isa isa) {
-  if (!fa::isa_available(isa)) GTEST_SKIP() << fa::isa_name(isa) << " path not available on this CPU/build";
-}
+// A macro, not a function: GTEST_SKIP returns from the function it is in, so
+// inside a helper it would let the test body go on.
+#define SKIP_UNLESS_AVAILABLE(isa) \
+  if (!fa::isa_available(isa)) GTEST_SKIP() << fa::isa_name(isa) << " path not available on this CPU/build"
 
 class RandomShapes : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, int>> {};
 
@@ -102,7 +103,7 @@ void expect_matches_reference(CaseSpec c, fa::Isa isa) {
 
 TEST_P(RandomShapes, MatchesFloat64Reference) {
   const auto [isa, dtype, index] = GetParam();
-  skip_unless_available(isa);
+  SKIP_UNLESS_AVAILABLE(isa);
   expect_matches_reference(random_case(dtype, 1000u + static_cast<std::uint32_t>(index) * 7919u +
                                                   static_cast<std::uint32_t>(dtype) * 104729u),
                            isa);
@@ -115,22 +116,22 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, RandomShapes, ::testing::Combine(kPaths, kDty
                                   std::to_string(std::get<2>(info.param));
                          });
 
-// The shapes the amx path runs on its tile unit (bf16, and fp16 in two bf16
-// pieces; head_dim a multiple of 32, K/V tiles of 32 keys or more), every
-// other option random as above; the other paths run the same cases through
-// their own code.
+// The shapes the pair path runs (head_dim a multiple of 32, K/V tiles of 32
+// keys or more; on amx bf16 and fp16 in two bf16 pieces, on avx512bf16
+// bf16), every other option random as above; the other paths (and fp16 on
+// avx512bf16) run the same cases through their own code.
 class MatrixUnitShapes : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, int>> {};
 
 TEST_P(MatrixUnitShapes, MatchesFloat64Reference) {
   const auto [isa, dtype, index] = GetParam();
-  skip_unless_available(isa);
+  SKIP_UNLESS_AVAILABLE(isa);
   const std::uint32_t seed = 50000u + static_cast<std::uint32_t>(index) * 7919u + static_cast<std::uint32_t>(dtype);
   CaseSpec c = random_case(dtype, seed);
   std::mt19937 rng(seed ^ 0x9e3779b9u);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   c.params.head_dim = 32 * pick(1, 8);
   c.params.tile_kv = 32 << pick(0, 3);
-  if (isa == fa::Isa::kAmx) {
+  if (isa == fa::Isa::kAmx || (isa == fa::Isa::kAvx512Bf16 && dtype == DType::kBF16)) {
     EXPECT_TRUE(fa::uses_matrix_unit(isa, dtype, c.params.head_dim));
   }
   expect_matches_reference(c, isa);
@@ -144,19 +145,24 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, MatrixUnitShapes,
                                   std::to_string(std::get<2>(info.param));
                          });
 
-// The amx path packs each K/V tile once per call and shares it between Q
-// tiles, query heads of a GQA group and threads (the first item to reach a
-// tile packs it; one arriving while it is packed packs its own copy).  Many
-// Q tiles, GQA, a partial last K/V tile and four threads, with and without a
-// causal mask: the workspace must hold the shared packing (so these cases
-// run through it) and the results match the reference.
-class SharedKvPacking : public ::testing::TestWithParam<std::tuple<DType, MaskMode, int>> {};
+// The pair path (amx: bf16 and fp16; avx512bf16: bf16) packs each K/V tile
+// once per call and shares it between Q tiles, query heads of a GQA group
+// and threads (the first item to reach a tile packs it; one arriving while
+// it is packed packs its own copy).  Many Q tiles, GQA, a partial last K/V
+// tile and four threads, with and without a causal mask: the workspace must
+// hold the shared packing (so these cases run through it) and the results
+// match the reference.
+struct PairPathCase {
+  fa::Isa isa;
+  DType dtype;
+};
+class SharedKvPacking : public ::testing::TestWithParam<std::tuple<PairPathCase, MaskMode, int>> {};
 
 TEST_P(SharedKvPacking, MatchesFloat64Reference) {
-  const auto [dtype, mask, threads] = GetParam();
-  skip_unless_available(fa::Isa::kAmx);
+  const auto [path, mask, threads] = GetParam();
+  SKIP_UNLESS_AVAILABLE(path.isa);
   CaseSpec c;
-  c.dtype = dtype;
+  c.dtype = path.dtype;
   c.mask = mask;
   c.seed = 777u + static_cast<std::uint32_t>(threads);
   fa::AttentionParams& p = c.params;
@@ -169,19 +175,23 @@ TEST_P(SharedKvPacking, MatchesFloat64Reference) {
   p.tile_q = 32;
   p.tile_kv = 64;
   p.threads = threads;
-  p.isa = fa::Isa::kAmx;
+  p.isa = path.isa;
+  ASSERT_TRUE(fa::uses_matrix_unit(path.isa, path.dtype, p.head_dim));
   const std::size_t kv_bytes = std::size_t(p.batch * p.num_kv_heads * 6 * 64 * p.head_dim) * 2 * 2;
-  const std::size_t one = fa::fa2_workspace_bytes(p, dtype, 1), two = fa::fa2_workspace_bytes(p, dtype, 2);
+  const std::size_t one = fa::fa2_workspace_bytes(p, path.dtype, 1), two = fa::fa2_workspace_bytes(p, path.dtype, 2);
   EXPECT_GE(one - (two - one), kv_bytes);  // what is not per thread
-  expect_matches_reference(c, fa::Isa::kAmx);
+  expect_matches_reference(c, path.isa);
 }
 
-INSTANTIATE_TEST_SUITE_P(Amx, SharedKvPacking,
-                         ::testing::Combine(::testing::Values(DType::kBF16, DType::kF16),
+INSTANTIATE_TEST_SUITE_P(PairPaths, SharedKvPacking,
+                         ::testing::Combine(::testing::Values(PairPathCase{fa::Isa::kAmx, DType::kBF16},
+                                                              PairPathCase{fa::Isa::kAmx, DType::kF16},
+                                                              PairPathCase{fa::Isa::kAvx512Bf16, DType::kBF16}),
                                             ::testing::Values(MaskMode::kNone, MaskMode::kCausal),
                                             ::testing::Values(1, 4)),
                          [](const auto& info) {
-                           return std::string(fa::dtype_name(std::get<0>(info.param))) +
+                           const PairPathCase& path = std::get<0>(info.param);
+                           return std::string(fa::isa_name(path.isa)) + "_" + std::string(fa::dtype_name(path.dtype)) +
                                   (std::get<1>(info.param) == MaskMode::kCausal ? "_causal" : "_full") + "_t" +
                                   std::to_string(std::get<2>(info.param));
                          });
@@ -223,7 +233,7 @@ std::vector<float> normal(std::size_t n, std::uint64_t seed, double scale) {
 
 class EdgeCases : public ::testing::TestWithParam<std::tuple<fa::Isa, DType>> {
  protected:
-  void SetUp() override { skip_unless_available(isa()); }
+  void SetUp() override { SKIP_UNLESS_AVAILABLE(isa()); }
   fa::Isa isa() const { return std::get<0>(GetParam()); }
   DType dtype() const { return std::get<1>(GetParam()); }
 };

@@ -85,10 +85,12 @@ FA_API std::optional<Layout> parse_layout(std::string_view name);
 // ------------------------------------------------------ instruction set ---
 
 // Kernel paths, from the portable one up.  `generic` is SSE2 (every x86-64
-// CPU); `avx2` needs AVX2+FMA+F16C; `avx512` needs AVX-512 F/BW/VL/DQ; `amx`
-// needs AMX-TILE+AMX-BF16, AVX512-BF16 and AVX512-FP16 on top, and runs the
-// bf16 and fp16 products on the tile unit (fp32 calls run its AVX-512 code).
-enum class Isa { kGeneric, kAvx2, kAvx512, kAmx };
+// CPU); `avx2` needs AVX2+FMA+F16C; `avx512` needs AVX-512 F/BW/VL/DQ;
+// `avx512bf16` needs AVX512-BF16 on top and runs the bf16 products with
+// VDPBF16PS; `amx` needs AMX-TILE+AMX-BF16, AVX512-BF16 and AVX512-FP16 on top
+// of avx512, and runs the bf16 and fp16 products on the tile unit.  fp32 calls
+// (and fp16 on avx512bf16) run the paths' AVX-512 FMA code.
+enum class Isa { kGeneric, kAvx2, kAvx512, kAvx512Bf16, kAmx };
 
 FA_API std::string_view isa_name(Isa isa);
 FA_API std::optional<Isa> parse_isa(std::string_view name);

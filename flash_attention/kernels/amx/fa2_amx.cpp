@@ -1,7 +1,8 @@
-// The FA2 tile loop compiled for the amx path: the AVX-512 loop, whose bf16
-// tile path runs its two products on the AMX tile unit (amx_tile_path.h).
-// fp32 and fp16 calls, and shapes the tiles do not fit, run the AVX-512 code
-// compiled here.  Flags set per file in flash_attention/CMakeLists.txt.
+// The FA2 tile loop compiled for the amx path: the AVX-512 loop, whose pair
+// path (bf16_pair_path.h) runs its two products on the AMX tile unit
+// (amx_tile_path.h), for bf16 and for fp16 in two bf16 pieces.  fp32 calls,
+// and shapes the tiles do not fit, run the AVX-512 code compiled here.
+// Flags set per file in flash_attention/CMakeLists.txt.
 #define FA_KERNEL_NS isa_amx
 #define FA_HAVE_AMX 1
 #define FA_HAVE_AVX512FP16 1
@@ -15,8 +16,8 @@ extern const KernelTable kKernels_amx;
 const KernelTable kKernels_amx = {
     Isa::kAmx,
     "amx",
-    &FA_KERNEL_NS::amx_workspace_floats,
-    &FA_KERNEL_NS::amx_kv_pack_bytes,
+    &FA_KERNEL_NS::pair_workspace_floats,
+    &FA_KERNEL_NS::pair_kv_pack_bytes<FA_KERNEL_NS::AmxProducts>,
     &FA_KERNEL_NS::fa2_run_impl<kAsyncPrefetch>,
     &FA_KERNEL_NS::exp2_array,
     &FA_KERNEL_NS::fma_peak_one_thread,

@@ -1,0 +1,27 @@
+// The FA2 tile loop compiled for the avx512bf16 path: the AVX-512 loop, whose
+// pair path (bf16_pair_path.h) runs bf16's two products with AVX512_BF16's
+// VDPBF16PS (bf16_dot_path.h): CPUs with AVX512_BF16 but no AMX (AMD Zen 4
+// and later, Intel Cooper Lake).  fp16 and fp32 calls, and shapes the pair
+// path does not fit, run the AVX-512 FMA code compiled here.  Flags set per
+// file in flash_attention/CMakeLists.txt.
+#define FA_KERNEL_NS isa_avx512bf16
+#define FA_HAVE_BF16_DOT 1
+#include "../vec_avx512.h"
+#include "../fa2_tile_loop.h"
+#include "../../common/tile_config.h"
+
+namespace fa::detail {
+
+extern const KernelTable kKernels_avx512bf16;
+const KernelTable kKernels_avx512bf16 = {
+    Isa::kAvx512Bf16,
+    "avx512bf16",
+    &FA_KERNEL_NS::pair_workspace_floats,
+    &FA_KERNEL_NS::pair_kv_pack_bytes<FA_KERNEL_NS::DotProducts>,
+    &FA_KERNEL_NS::fa2_run_impl<kAsyncPrefetch>,
+    &FA_KERNEL_NS::exp2_array,
+    &FA_KERNEL_NS::fma_peak_one_thread,
+    &FA_KERNEL_NS::dot_peak_one_thread,
+};
+
+}  // namespace fa::detail

@@ -1,0 +1,136 @@
+// The pair path's engine on AVX512_BF16 (avx512bf16 path): both products
+// with VDPBF16PS, which multiplies 16 lanes of bf16 pairs and adds both
+// products into fp32 lanes: twice the multiply-adds of an fp32 FMA per
+// instruction, at the same rate on the CPUs measured (docs/PERF.md).  bf16
+// only: fp16 in two pieces would take three products, more than the fp32
+// FMA loop costs.  Included by fa2_tile_loop.h after bf16_pair_path.h when
+// FA_HAVE_BF16_DOT.
+//
+// A register block keeps R x NV accumulators (R rows of the A operand, NV
+// vectors of 16 query rows) across the reduction: per pair step, NV vector
+// loads of B pairs, R broadcasts of one A pair, R x NV VDPBF16PS.  The A
+// blocks are the AMX A-tile layout of the pair path (16 rows of 16 pairs),
+// so row i's pair p lies at (p / 16) * 256 + i * 16 + p % 16.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace fa::FA_KERNEL_NS {
+
+// One 32-bit pair, broadcast to all lanes (memcpy: the buffers are written
+// as 16-bit elements).
+inline __m512bh broadcast_pair(const std::uint32_t* p) {
+  std::int32_t x;
+  __builtin_memcpy(&x, p, sizeof x);
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(x));
+}
+
+// C[i][16 v ..] (+)= sum_p A(i, p) · B(p, v) for i < R, v < NV, p < pairs (a
+// multiple of 16): A rows from `a` in A-block order, B vector v at
+// b + v * b_vstride + p * 16, C rows ldc floats apart.  kLoad: add to C.
+template <int R, int NV, bool kLoad>
+inline void dot_block(const std::uint32_t* a, const std::uint32_t* b, std::int64_t b_vstride, int pairs, float* c,
+                      int ldc) {
+  static_assert(16 % R == 0, "a register block's rows lie in one A block");
+  __m512 acc[R][NV];
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < NV; ++v) acc[i][v] = kLoad ? _mm512_loadu_ps(c + std::int64_t(i) * ldc + v * 16) : _mm512_setzero_ps();
+  }
+  for (int p0 = 0; p0 < pairs; p0 += 16) {
+    const std::uint32_t* ab = a + std::int64_t(p0) * 16;  // A block p0 / 16
+    const std::uint32_t* bb = b + std::int64_t(p0) * 16;
+    for (int p = 0; p < 16; ++p) {
+      __m512bh bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bb + v * b_vstride + p * 16));
+      for (int i = 0; i < R; ++i) {
+        const __m512bh av = broadcast_pair(ab + i * 16 + p);
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + std::int64_t(i) * ldc + v * 16, acc[i][v]);
+  }
+}
+
+// Rows of 8 (8 x 3 accumulators, three B vectors and a broadcast: 28 of the
+// 32 registers).
+inline constexpr int kDotRows = 8, kDotVecs = 3;
+
+// C[m][r] (+)= sum_p A(m, p) B(p, r) for m < M (a multiple of 16), r <
+// width: A in A-block order with `a_block` uint32 between 16-row blocks, B
+// vector v at b + v * b_vstride.  Column blocks outside, so a block's B
+// pairs stay in L1 while the A rows stream; the next tile's lines are
+// issued `share` per column block.
+template <bool kLoad>
+inline void dot_product(const std::uint32_t* a, std::int64_t a_block, int M, const std::uint32_t* b,
+                        std::int64_t b_vstride, int pairs, int width, float* c, int ldc, KvLineStream* next,
+                        int share) {
+  const int nvec = width / 16;
+  for (int v0 = 0; v0 < nvec; v0 += kDotVecs) {
+    const std::uint32_t* bv = b + v0 * b_vstride;
+    for (int m0 = 0; m0 < M; m0 += kDotRows) {
+      const std::uint32_t* am = a + (m0 / 16) * a_block + (m0 % 16) * 16;
+      float* cm = c + std::int64_t(m0) * ldc + v0 * 16;
+      switch (nvec - v0) {
+        case 1: dot_block<kDotRows, 1, kLoad>(am, bv, b_vstride, pairs, cm, ldc); break;
+        case 2: dot_block<kDotRows, 2, kLoad>(am, bv, b_vstride, pairs, cm, ldc); break;
+        default: dot_block<kDotRows, kDotVecs, kLoad>(am, bv, b_vstride, pairs, cm, ldc); break;
+      }
+    }
+    if (next) next->issue(share);
+  }
+}
+
+// The engine run_tile_pairs drives on this path (bf16 only, so kP = 1).
+struct DotProducts {
+  static constexpr const char* kUnit = "VDPBF16PS";  // for fa2_stages
+  template <DType DT>
+  static constexpr bool kHandles = DT == DType::kBF16;
+  static void begin() {}
+  static void end() {}
+  template <int kP>
+  static void scores(const std::uint16_t* kp, std::int64_t, const std::uint32_t* qb, std::int64_t, int tq, int D,
+                     int cols_pad, int width, float* st, KvLineStream* next) {
+    static_assert(kP == 1, "bf16 only");
+    const int share = next ? next->third_per_step((width / 16 + kDotVecs - 1) / kDotVecs) : 0;
+    dot_product<false>(reinterpret_cast<const std::uint32_t*>(kp), std::int64_t(D / 32) * 256, cols_pad, qb,
+                       std::int64_t(D / 2) * 16, D / 2, width, st, tq, next, share);
+  }
+  template <int kP>
+  static void accumulate(const std::uint32_t* vt, int ldvt, std::int64_t, const std::uint32_t* pb, int ldp,
+                         std::int64_t, int tq, int D, int cols_pad, int width, float* ot, bool fresh,
+                         KvLineStream* next) {
+    static_assert(kP == 1, "bf16 only");
+    const int share = next ? next->third_per_step((width / 16 + kDotVecs - 1) / kDotVecs) : 0;
+    const std::int64_t a_block = std::int64_t(ldvt / 16) * 256, b_vstride = std::int64_t(ldp) * 16;
+    if (fresh) {
+      dot_product<false>(vt, a_block, D, pb, b_vstride, cols_pad / 2, width, ot, tq, next, share);
+    } else {
+      dot_product<true>(vt, a_block, D, pb, b_vstride, cols_pad / 2, width, ot, tq, next, share);
+    }
+  }
+};
+
+// VDPBF16PS throughput of this thread, GFLOP/s (64 per instruction): twelve
+// independent accumulators, more than latency x issue rate.
+[[gnu::noinline]] inline double dot_peak_one_thread(double seconds) {
+  constexpr int kChains = 12;
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_setzero_ps();
+  const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));  // bf16 pairs (1, 1)
+  const __m512bh b = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x35803580));  // (2^-20, 2^-20): sums stay small
+  const double rate = calls_per_second(seconds, 4096, [&] {
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  });
+  __m512 total = acc[0];
+  for (int i = 1; i < kChains; ++i) total = _mm512_add_ps(total, acc[i]);
+  float sink[16];
+  _mm512_storeu_ps(sink, total);
+  __asm__ volatile("" : : "r"(sink) : "memory");
+  return 64.0 * kChains * rate / 1e9;
+}
+
+}  // namespace fa::FA_KERNEL_NS

@@ -1,0 +1,513 @@
+// The tile path over bf16 pair layouts, shared by the two engines that
+// multiply 32-bit pairs of bf16: the AMX tile unit (TDPBF16PS, amx path,
+// amx_tile_path.h) and AVX512_BF16's VDPBF16PS (avx512bf16 path,
+// bf16_dot_path.h).  Included by fa2_tile_loop.h inside the path's namespace
+// (FA_HAVE_BF16_PAIRS), after the helpers it shares with run_tile: the same
+// item, masking, online softmax, dropout and epilogue; the operands are
+// packed into pair layouts and the two products go to the engine.
+//
+//   Sᵀ[keys][rows] = K · Qᵀ      A: K in 16-key x 32-dim blocks, packed per K/V tile
+//                                B: Qᵀ in pair layout, packed once per item
+//   Oᵀ[dims][rows] += Vᵀ · Pᵀ    A: Vᵀ pairs in 16-dim x 32-key blocks, packed per K/V tile
+//                                B: Pᵀ in pair layout, converted from the fp32 P
+//
+// Pair layout: B[k / 2][n] is the 32-bit pair (X[n][k], X[n][k + 1]), the
+// operand both instructions multiply (sum over k of A[m][k] * X[n][k] into
+// C[m][n]).  The A blocks are AMX A tiles (16 rows of 64 bytes); VDPBF16PS
+// broadcasts one 32-bit pair of them at a time.  The softmax and the
+// accumulators stay in fp32; like FlashAttention on GPUs, P is rounded to
+// bf16 for the second product (the accuracy rule's same-dtype yardstick
+// rounds it the same way).
+//
+// An engine is a struct of static members (AmxProducts, DotProducts):
+//   kHandles<DT>        whether it runs this dtype (fp16 in two pieces: amx)
+//   begin(), end()      around an item's products (the tile configuration)
+//   scores<kP>(kp, k_lo, qb, q_lo, tq, D, cols_pad, width, st, next)
+//       Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols_pad, r < width; K in
+//       A-block order (pack_k_tiles; lo piece k_lo elements on), Qᵀ in
+//       B-block order (pack_q_pairs; q_lo on), Sᵀ rows tq floats apart
+//   accumulate<kP>(vt, ldvt, v_lo, pb, ldp, p_lo, tq, D, cols_pad, width, ot, fresh, next)
+//       Oᵀ[d][r] (+)= sum_c Vᵀ[d][c] Pᵀ[c][r] for d < D, r < width, c <
+//       cols_pad (Oᵀ = the sum, without reading it, when `fresh`); Vᵀ in
+//       A-block order (pack_v_transposed, ldvt = tile_kv / 2), P in B-block
+//       order (pack_p_pairs, ldp = tile_kv / 2)
+//   `next` (may be null) is the next K/V tile's lines, of which each
+//   product issues a third (KvLineStream).
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "two_block_softmax.h"
+
+namespace fa::FA_KERNEL_NS {
+
+// The pair path's scratch: the common workspace, then P in bf16 pairs
+// (tile_kv / 2 x tile_q 32-bit pairs, twice for fp16's two pieces) after it.
+inline std::size_t pair_workspace_floats(int tq, int tkv, int D) {
+  return Workspace::floats(tq, tkv, D) + pad16(std::size_t(tkv) * tq);
+}
+inline std::uint32_t* pairs_buffer(const Workspace& w, int tq) {
+  return reinterpret_cast<std::uint32_t*>(w.alpha + pad16(tq));
+}
+
+// Whole blocks only: 32 dims per A block of the first product, 32 keys per
+// A block of the second, 16 rows per B block.  Other shapes run the AVX-512 loop.
+inline bool pair_tile_path_fits(const Fa2Job& job) {
+  return job.head_dim % 32 == 0 && job.tile_kv % 32 == 0 && job.tile_q % 16 == 0;
+}
+
+// In-register transpose of a 16 x 16 block of 32-bit elements.
+inline void transpose_16x16_epi32(__m512i r[16]) {
+  __m512i t[16];
+  for (int k = 0; k < 8; ++k) {
+    t[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+    t[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+  }
+  // u[4k + j], 128-bit lane L: column 4L + j of rows 4k .. 4k + 3.
+  __m512i u[16];
+  for (int k = 0; k < 4; ++k) {
+    u[4 * k] = _mm512_unpacklo_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 1] = _mm512_unpackhi_epi64(t[4 * k], t[4 * k + 2]);
+    u[4 * k + 2] = _mm512_unpacklo_epi64(t[4 * k + 1], t[4 * k + 3]);
+    u[4 * k + 3] = _mm512_unpackhi_epi64(t[4 * k + 1], t[4 * k + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i lo_a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44), lo_b = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x44);
+    const __m512i hi_a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE), hi_b = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xEE);
+    r[j] = _mm512_shuffle_i32x4(lo_a, lo_b, 0x88);
+    r[4 + j] = _mm512_shuffle_i32x4(lo_a, lo_b, 0xDD);
+    r[8 + j] = _mm512_shuffle_i32x4(hi_a, hi_b, 0x88);
+    r[12 + j] = _mm512_shuffle_i32x4(hi_a, hi_b, 0xDD);
+  }
+}
+
+// --- operand pieces ---------------------------------------------------
+// bf16 inputs are one bf16 piece.  fp16 inputs are split exactly into two,
+// x = hi + lo (hi = x rounded to bf16, lo = the rest: an fp16 significand
+// has 11 bits, two bf16 pieces 16), and each product becomes three,
+// hi·hi + hi·lo + lo·hi (the dropped lo·lo is below 2^-16 of the product):
+// fp16 on a bf16 engine without ever rounding fp16 inputs to bf16.  The
+// probabilities are split the same way for the second product.
+template <DType DT>
+inline constexpr int kPieces = DT == DType::kF16 ? 2 : 1;
+
+// Two fp32 vectors (elements 0-15 and 16-31) as bf16 hi and lo pieces, 32
+// 16-bit values each in element order.
+inline void split_f32(__m512 a, __m512 b, __m512i* hi, __m512i* lo) {
+  const __m512i h = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a));
+  const __m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(h)), 16));
+  const __m512 hb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(h, 1)), 16));
+  *hi = h;
+  *lo = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha)));
+}
+
+// 32 consecutive input elements as bf16 pieces (lo untouched for bf16).
+template <DType DT>
+inline void load_pieces32(const std::uint16_t* src, __m512i* hi, __m512i* lo) {
+  if constexpr (DT == DType::kBF16) {
+    *hi = _mm512_loadu_si512(src);
+  } else {
+    split_f32(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))),
+              _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16))), hi, lo);
+  }
+}
+
+// 16 consecutive input elements as bf16 pieces, zero-extended to 32 bits.
+template <DType DT>
+inline void load_pieces16(const std::uint16_t* src, __m512i* hi, __m512i* lo) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  if constexpr (DT == DType::kBF16) {
+    *hi = _mm512_cvtepu16_epi32(raw);
+  } else {
+    const __m512 x = _mm512_cvtph_ps(raw);
+    const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
+    const __m512i h32 = _mm512_cvtepu16_epi32(h);
+    *hi = h32;
+    *lo = _mm512_cvtepu16_epi32(
+        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_sub_ps(x, _mm512_castsi512_ps(_mm512_slli_epi32(h32, 16))))));
+  }
+}
+
+// --- packing -------------------------------------------------------------
+// Every packed operand holds its hi piece at the pointer given and, for fp16,
+// its lo piece `lo` elements further.
+
+// Qᵀ in pair layout, one B tile per 16 rows and 32 dims laid out
+// contiguously: the pair (Q[r][2p], Q[r][2p + 1]) at
+// qb[(r / 16 * (D / 2) + p) * 16 + r % 16]; rows from `rows` on are zero.
+template <DType DT>
+inline void pack_q_pairs(const std::uint16_t* q, std::int64_t q_row_stride, int rows, int width, int D,
+                         std::uint32_t* qb, std::int64_t lo) {
+  for (int r0 = 0; r0 < width; r0 += 16) {
+    for (int d0 = 0; d0 < D; d0 += 32) {
+      __m512i hi_block[16], lo_block[16];
+      for (int r = 0; r < 16; ++r) {
+        hi_block[r] = lo_block[r] = _mm512_setzero_si512();
+        if (r0 + r < rows) load_pieces32<DT>(q + std::int64_t(r0 + r) * q_row_stride + d0, &hi_block[r], &lo_block[r]);
+      }
+      std::uint32_t* out = qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16;
+      transpose_16x16_epi32(hi_block);
+      for (int p = 0; p < 16; ++p) _mm512_storeu_si512(out + p * 16, hi_block[p]);
+      if constexpr (kPieces<DT> == 2) {
+        transpose_16x16_epi32(lo_block);
+        for (int p = 0; p < 16; ++p) _mm512_storeu_si512(out + lo + p * 16, lo_block[p]);
+      }
+    }
+  }
+}
+
+// A K/V tile's keys in A-tile order: the 16 keys x 32 dims of block (c / 16,
+// d / 32) contiguous (16 rows of 64 bytes) at kp[(c / 16 * (D / 32) + d / 32) * 512],
+// keys from `cols` to cols_pad zero.  Read in place, K rows lie a whole
+// token apart (4 KiB for 16 heads of 128 in BSH), so a tile's 16 rows would
+// fall in one L1 set.
+template <DType DT>
+inline void pack_k_tiles(const std::uint16_t* k, std::int64_t k_row_stride, int cols, int cols_pad, int D,
+                         std::uint16_t* kp, std::int64_t lo) {
+  for (int c = 0; c < cols_pad; ++c) {
+    const std::uint16_t* row = k + std::int64_t(c) * k_row_stride;
+    std::uint16_t* out = kp + (std::int64_t(c / 16) * (D / 32)) * 512 + (c % 16) * 32;
+    for (int d0 = 0; d0 < D; d0 += 32) {
+      __m512i hi = _mm512_setzero_si512(), lo_piece = _mm512_setzero_si512();
+      if (c < cols) load_pieces32<DT>(row + d0, &hi, &lo_piece);
+      _mm512_storeu_si512(out + (d0 / 32) * 512, hi);
+      if constexpr (kPieces<DT> == 2) _mm512_storeu_si512(out + lo + (d0 / 32) * 512, lo_piece);
+    }
+  }
+}
+
+// Vᵀ of one K/V tile as 32-bit pairs (V[c][d], V[c + 1][d]), in A-tile
+// order: the 16 dims x 32 keys of block (d / 16, c / 32) contiguous (16 rows
+// of 64 bytes) at vt[(d / 16 * (ldvt / 16) + c / 32) * 256], ldvt = tile_kv / 2;
+// keys from `cols` to cols_pad are zero (their probabilities are zero too,
+// and 0 * garbage could be NaN).
+template <DType DT>
+inline void pack_v_transposed(const std::uint16_t* v, std::int64_t v_row_stride, int cols, int cols_pad, int D,
+                              std::uint32_t* vt, int ldvt, std::int64_t lo) {
+  for (int c0 = 0; c0 < cols_pad; c0 += 32) {
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      __m512i hi_block[16], lo_block[16];
+      for (int p = 0; p < 16; ++p) {
+        const int c = c0 + 2 * p;
+        __m512i even_hi = _mm512_setzero_si512(), even_lo = even_hi, odd_hi = even_hi, odd_lo = even_hi;
+        if (c < cols) load_pieces16<DT>(v + std::int64_t(c) * v_row_stride + d0, &even_hi, &even_lo);
+        if (c + 1 < cols) load_pieces16<DT>(v + std::int64_t(c + 1) * v_row_stride + d0, &odd_hi, &odd_lo);
+        hi_block[p] = _mm512_or_si512(even_hi, _mm512_slli_epi32(odd_hi, 16));
+        lo_block[p] = _mm512_or_si512(even_lo, _mm512_slli_epi32(odd_lo, 16));
+      }
+      transpose_16x16_epi32(hi_block);
+      std::uint32_t* out = vt + (std::int64_t(d0 / 16) * (ldvt / 16) + c0 / 32) * 256;
+      for (int d = 0; d < 16; ++d) _mm512_storeu_si512(out + d * 16, hi_block[d]);
+      if constexpr (kPieces<DT> == 2) {
+        transpose_16x16_epi32(lo_block);
+        for (int d = 0; d < 16; ++d) _mm512_storeu_si512(out + lo + d * 16, lo_block[d]);
+      }
+    }
+  }
+}
+
+// The probabilities of keys c and c + 1 for 16 rows as one row of B-tile
+// pairs (bf16, nearest even; for fp16 inputs a hi and a lo piece).
+alignas(64) inline constexpr std::uint16_t kInterleavePairs[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                                   21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                                   11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+template <int kP>
+inline void store_p_pairs(__m512 p0, __m512 p1, std::uint32_t* out, std::int64_t lo) {
+  const __m512i idx = _mm512_load_si512(kInterleavePairs);
+  if constexpr (kP == 1) {
+    _mm512_storeu_si512(out, _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(p1, p0))));
+  } else {
+    __m512i hi, lo_piece;
+    split_f32(p0, p1, &hi, &lo_piece);
+    _mm512_storeu_si512(out, _mm512_permutexvar_epi16(idx, hi));
+    _mm512_storeu_si512(out + lo, _mm512_permutexvar_epi16(idx, lo_piece));
+  }
+}
+
+// Pᵀ [cols][tq] fp32 -> pairs, one B tile per 16 rows and 32 keys laid out
+// contiguously (16 pair rows of 64 bytes): pair (c, c + 1) of row r at
+// pb[(r / 16 * ldp + c / 2) * 16 + r % 16], ldp = tile_kv / 2.  Keys from
+// `cols` to cols_pad are zero.
+template <int kP>
+inline void pack_p_pairs(const float* st, int cols, int cols_pad, int nvec, int tq, std::uint32_t* pb, int ldp,
+                         std::int64_t lo) {
+  for (int j = 0; j < nvec; ++j) {  // each row block's pairs written in order
+    for (int c = 0; c < cols_pad; c += 2) {
+      const __m512 p0 = c < cols ? _mm512_loadu_ps(st + std::int64_t(c) * tq + j * 16) : _mm512_setzero_ps();
+      const __m512 p1 = c + 1 < cols ? _mm512_loadu_ps(st + std::int64_t(c + 1) * tq + j * 16) : _mm512_setzero_ps();
+      store_p_pairs<kP>(p0, p1, pb + (std::int64_t(j) * ldp + c / 2) * 16, lo);
+    }
+  }
+}
+
+// The online softmax and pack_p_pairs in one pass over the tile (tiles
+// without dropout): P never goes back to memory in fp32; each pair of keys
+// is written straight into pack_p_pairs' B-tile order.  The same arithmetic
+// as online_softmax_tile followed by pack_p_pairs (exp2 in fp32: an
+// fp16 exp2 would be cheaper and P is rounded to bf16 anyway, but the row
+// sums, and so the LSE, would carry fp16 rounding, measured above 1e-4).
+// kHalfExp (fp16 inputs in an FA_MIXED_PRECISION_SOFTMAX=OFF build): exp2 in
+// fp16 arithmetic, 32 rows per instruction (half_softmax.h).
+// The running max is kept while a tile's scores exceed it by at most 2^8
+// (two_block_softmax's slack): P <= 256 is exact enough in bf16 and fp32
+// alike, and O is rescaled only when a row's max jumps (the fp32 exp2 takes
+// x > 0; the fp16 one of an OFF build does not).
+inline constexpr float kRescaleSlack = 8.0f;
+template <int kP, bool kHalfExp = false>
+inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nvec, int tq, float scale,
+                             std::uint32_t* pb, int ldp, std::int64_t lo, KvLineStream* next = nullptr) {
+  const int share = next ? next->third_per_step(((nvec + 1) / 2) * (cols_pad / 8)) : 0;  // per 8 keys of a row pair
+  auto probabilities = [](__m512 xa, __m512 xb, __m512& pa, __m512& pbv) {
+#if defined(FA_HAVE_AVX512FP16)
+    if constexpr (kHalfExp) {
+      exp2_half_pair(xa, xb, pa, pbv);
+      return;
+    }
+#endif
+    pa = Vec::exp2(xa);
+    pbv = Vec::exp2(xb);
+  };
+  __m512 even_a, even_b;  // key c - 1's probabilities, waiting for key c
+  two_block_softmax(w, cols, cols_pad, nvec, tq, scale, kHalfExp ? 0.0f : kRescaleSlack, probabilities,
+                    [&](int j, bool pair, int c, __m512 pa, __m512 pbv) {
+                      if (next && c % 8 == 7) next->issue(share);
+                      if (c % 2 == 0) {
+                        even_a = pa;
+                        even_b = pbv;
+                        return;
+                      }
+                      std::uint32_t* out = pb + (std::int64_t(j) * ldp + c / 2) * 16;
+                      store_p_pairs<kP>(even_a, pa, out, lo);
+                      if (pair) store_p_pairs<kP>(even_b, pbv, out + std::int64_t(ldp) * 16, lo);
+                    });
+}
+
+// Oᵀ[d][r] *= alpha[r]; skipped when every row's max stood still (alpha 1),
+// which is most tiles once the running max has settled.
+inline void rescale_output(const Workspace& w, int D, int nvec, int tq) {
+  __mmask16 moved = 0;
+  for (int j = 0; j < nvec; ++j) moved |= _mm512_cmp_ps_mask(_mm512_loadu_ps(w.alpha + j * 16), _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
+  if (!moved) return;
+  for (int d = 0; d < D; ++d) {
+    float* row = w.ot + std::int64_t(d) * tq;
+    for (int j = 0; j < nvec; ++j) {
+      _mm512_storeu_ps(row + j * 16, _mm512_mul_ps(_mm512_loadu_ps(row + j * 16), _mm512_loadu_ps(w.alpha + j * 16)));
+    }
+  }
+}
+
+// write_tile_outputs for 16-bit O in 16 x 16 blocks: Oᵀ transposed in
+// registers, divided by the row sums, rounded (nearest even) and stored 16
+// values at a time.  Split-KV partials take the common epilogue.
+template <DType DT>
+inline void write_outputs_16bit(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+  if (job.num_splits > 1) {
+    write_tile_outputs<DT>(job, w, it);
+    return;
+  }
+  const int D = static_cast<int>(job.head_dim), tq = job.tile_q;
+  auto* obase = static_cast<std::uint16_t*>(job.o) + it.b * job.o_strides[0] + it.h * job.o_strides[1] +
+                it.i0 * job.o_strides[2];
+  for (int r0 = 0; r0 < it.rows; r0 += 16) {
+    const int n = it.rows - r0 < 16 ? it.rows - r0 : 16;
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      __m512i block[16];
+      for (int d = 0; d < 16; ++d) block[d] = _mm512_castps_si512(_mm512_loadu_ps(w.ot + std::int64_t(d0 + d) * tq + r0));
+      transpose_16x16_epi32(block);  // block[r]: row r0 + r, dims d0 .. d0 + 15
+      for (int r = 0; r < n; ++r) {
+        const __m512 o = _mm512_div_ps(_mm512_castsi512_ps(block[r]), _mm512_set1_ps(row_denominator(w.l[r0 + r])));
+        __m256i out;
+        if constexpr (DT == DType::kBF16) {
+          out = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(o));
+        } else {
+          out = _mm512_cvtps_ph(o, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        }
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(obase + std::int64_t(r0 + r) * job.o_strides[2] + d0), out);
+      }
+    }
+  }
+  write_tile_lse(job, w, it);
+}
+
+// Where an item's packed operands live in its scratch: Qᵀ pairs in Qᵀ's
+// space, K in the K buffer, Vᵀ in the V buffer, P after the common
+// workspace; each lo piece (fp16) `*_lo` elements after its hi piece.
+struct TileOperands {
+  std::uint32_t* qb;
+  std::uint16_t* kp;
+  std::uint32_t* vt;
+  std::uint32_t* pb;
+  std::int64_t q_lo, k_lo, v_lo, p_lo;
+};
+inline TileOperands tile_operands(const Workspace& w, int tq, int tkv, int D) {
+  return {reinterpret_cast<std::uint32_t*>(w.qt),
+          reinterpret_cast<std::uint16_t*>(w.kbuf),
+          reinterpret_cast<std::uint32_t*>(w.vbuf),
+          pairs_buffer(w, tq),
+          std::int64_t(tq) * (D / 2),
+          std::int64_t(tkv) * D,
+          std::int64_t(D) * (tkv / 2),
+          std::int64_t(tq) * (tkv / 2)};
+}
+
+// --- K/V packed once per call (Fa2Job::kv_pack) ----------------------------
+// Without it every Q tile re-packs the K/V tiles it visits from the input
+// rows, which come from memory each time (a head's K/V outgrow L2 at long
+// sequences): packing was ~30% of a tile's time at B1 S4096 H16 D128, in
+// BSH and BNSD alike.  The first item to reach a tile packs it into its
+// slot; later ones, on any thread, read the slot.  One finding the slot
+// being packed packs its own copy rather than wait.
+
+// uint16 elements of a slot: K in A-tile order, then Vᵀ pairs, each with
+// its lo piece for fp16 (the offsets of tile_operands).
+inline std::int64_t kv_pack_slot_elems(int tkv, std::int64_t D, int kP) { return std::int64_t(2) * kP * tkv * D; }
+
+// Capped so that a huge batch falls back to per-item packing instead of
+// doubling its memory; a call this large gains little from sharing anyway.
+inline constexpr std::size_t kMaxKvPackBytes = std::size_t{1} << 30;
+
+// Whether an engine runs a job's dtype (a runtime value) on the pair path.
+template <class Engine>
+inline bool engine_handles(DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return Engine::template kHandles<DType::kF16>;
+    case DType::kBF16: return Engine::template kHandles<DType::kBF16>;
+    case DType::kF32: return false;
+  }
+  return false;
+}
+
+template <class Engine>
+inline std::size_t pair_kv_pack_bytes(const Fa2Job& job) {
+  if (!engine_handles<Engine>(job.dtype) || !pair_tile_path_fits(job) || job.pack_group > 1 ||
+      job.seq_q <= detail::kRowPathMaxRows || job.q_tiles * job.kv_group < 2) {
+    return 0;  // not the tile path, or each K/V tile is visited once per call
+  }
+  const int kP = job.dtype == DType::kF16 ? 2 : 1;
+  const std::int64_t tiles = (job.seq_kv + job.tile_kv - 1) / job.tile_kv;
+  const std::int64_t slots = job.batch * (job.heads / job.kv_group) * tiles;
+  const std::size_t states = (static_cast<std::size_t>(slots) * 4 + 63) & ~std::size_t{63};
+  const std::size_t bytes = states + static_cast<std::size_t>(slots * kv_pack_slot_elems(job.tile_kv, job.head_dim, kP)) * 2;
+  return slots > 0 && bytes <= kMaxKvPackBytes ? bytes : 0;
+}
+
+// The slot of the K/V tile at j0 with `cols` keys, when it can be shared: a
+// tile boundary and all the keys there (a whole tile, or the sequence's last
+// ones); else null.  Its state through *state.
+inline std::uint16_t* kv_pack_slot(const Fa2Job& job, const TileItem& it, std::int64_t j0, int cols, int kP,
+                                   std::uint32_t** state) {
+  const int tkv = job.tile_kv;
+  if (!job.kv_pack || j0 % tkv != 0 || cols != (job.seq_kv - j0 < tkv ? job.seq_kv - j0 : tkv)) return nullptr;
+  const std::int64_t slot = (it.b * (job.heads / job.kv_group) + it.h / job.kv_group) * job.kv_pack_tiles + j0 / tkv;
+  *state = job.kv_pack_state + slot;
+  return job.kv_pack + slot * kv_pack_slot_elems(tkv, job.head_dim, kP);
+}
+
+// The operands of one K/V tile: the shared slot when it is ready or this
+// item packs it (both products then read it); else the item's scratch,
+// which the loop fills (`own`).
+struct KvOperands {
+  const std::uint16_t* k;
+  const std::uint32_t* vt;
+  bool own;
+};
+template <DType DT>
+inline KvOperands shared_kv_tile(const Fa2Job& job, const TileItem& it, std::int64_t j0, int cols, int cols_pad,
+                                 const TileOperands& op) {
+  constexpr int kP = kPieces<DT>;
+  const int D = static_cast<int>(job.head_dim), tkv = job.tile_kv;
+  std::uint32_t* state = nullptr;
+  std::uint16_t* slot = kv_pack_slot(job, it, j0, cols, kP, &state);
+  if (!slot) return {op.kp, op.vt, true};
+  auto* slot_v = reinterpret_cast<std::uint32_t*>(slot + std::int64_t(kP) * tkv * D);
+  std::uint32_t s = __atomic_load_n(state, __ATOMIC_ACQUIRE);
+  if (s == 0 && __atomic_compare_exchange_n(state, &s, 1u, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    const auto* k16 = reinterpret_cast<const std::uint16_t*>(it.kbase);
+    const auto* v16 = reinterpret_cast<const std::uint16_t*>(it.vbase);
+    pack_k_tiles<DT>(k16 + j0 * job.k_strides[2], job.k_strides[2], cols, cols_pad, D, slot, op.k_lo);
+    pack_v_transposed<DT>(v16 + j0 * job.v_strides[2], job.v_strides[2], cols, cols_pad, D, slot_v, tkv / 2, op.v_lo);
+    __atomic_store_n(state, 2u, __ATOMIC_RELEASE);
+    s = 2;
+  }
+  if (s != 2) return {op.kp, op.vt, true};
+  return {slot, slot_v, false};
+}
+
+// The next tile's lines for KvLineStream: its shared slot when that is
+// ready (contiguous), else its input rows.
+template <DType DT>
+inline KvLineStream next_tile_lines(const Fa2Job& job, const TileItem& it, std::int64_t j0) {
+  constexpr int kP = kPieces<DT>;
+  KvLineStream next = next_kv_tile_lines<DT>(job, it.kbase, it.vbase, j0, it.kv_end);
+  if (next.part != 0) return next;
+  std::uint32_t* state = nullptr;
+  const std::uint16_t* slot = kv_pack_slot(job, it, j0 + job.tile_kv, next.rows, kP, &state);
+  if (!slot || __atomic_load_n(state, __ATOMIC_ACQUIRE) != 2) return next;
+  const std::int64_t half = kv_pack_slot_elems(job.tile_kv, job.head_dim, kP) / 2;  // K, then V
+  next.base[0] = reinterpret_cast<const char*>(slot);
+  next.base[1] = reinterpret_cast<const char*>(slot + half);
+  next.stride[0] = next.stride[1] = 0;
+  next.rows = 1;
+  next.lines_per_row = static_cast<int>(half * 2 / 64);
+  return next;
+}
+
+// One item of the pair path, both products on `Engine` (bf16, or fp16 in
+// two pieces where the engine takes it): Q packed into scratch
+// (tile_operands), K/V read from their shared slots or packed there
+// (shared_kv_tile), the next K/V tile always streamed into L2 (so
+// FA_ENABLE_ASYNC does not apply here).
+template <DType DT, class Engine>
+void run_tile_pairs(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+  StageLaps laps(job.stage_cycles);
+  constexpr int kP = kPieces<DT>;
+  const int D = static_cast<int>(job.head_dim), tq = job.tile_q, tkv = job.tile_kv;
+  const int rows = it.rows, nvec = it.nvec, width = nvec * 16;
+  const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
+  const auto* k16 = reinterpret_cast<const std::uint16_t*>(it.kbase);
+  const auto* v16 = reinterpret_cast<const std::uint16_t*>(it.vbase);
+  const TileOperands op = tile_operands(w, tq, tkv, D);
+  std::uint32_t *qb = op.qb, *vt = op.vt, *pb = op.pb;
+  std::uint16_t* kpack = op.kp;
+  const std::int64_t q_lo = op.q_lo, k_lo = op.k_lo, v_lo = op.v_lo, p_lo = op.p_lo;
+  pack_q_pairs<DT>(reinterpret_cast<const std::uint16_t*>(it.qbase), job.q_strides[2], rows, width, D, qb, q_lo);
+  // Oᵀ is written whole by the first tile's product (`fresh`), so it is
+  // cleared here only for an item that has no key to visit.
+  init_tile_state(job, w, it, /*zero_output=*/it.kv_begin >= it.kv_end);
+  Engine::begin();
+  laps.lap(kStageQ);
+  for (std::int64_t j0 = it.kv_begin; j0 < it.kv_end; j0 += tkv) {
+    const int cols = static_cast<int>(it.kv_end - j0 < tkv ? it.kv_end - j0 : tkv);
+    const int cols_pad = (cols + 31) & ~31;
+    KvLineStream next = next_tile_lines<DT>(job, it, j0);
+    const KvOperands kv = shared_kv_tile<DT>(job, it, j0, cols, cols_pad, op);
+    if (kv.own) pack_k_tiles<DT>(k16 + j0 * ks, ks, cols, cols_pad, D, kpack, k_lo);
+    laps.lap(kStageKv);
+    Engine::template scores<kP>(kv.k, k_lo, qb, q_lo, tq, D, cols_pad, width, w.st, &next);
+    laps.lap(kStageScores);
+    if (kv.own) pack_v_transposed<DT>(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2, v_lo);
+    laps.lap(kStageKv);
+
+    if (job.dropout.active) {  // dropout works on the fp32 P, which is packed afterwards
+      softmax_raw_tile<DT>(job, w, it, j0, cols);
+      pack_p_pairs<kP>(w.st, cols, cols_pad, nvec, tq, pb, tkv / 2, p_lo);
+    } else {
+      const float scale = prepare_scores(job, w, it, j0, cols);
+      softmax_to_pairs<kP, kHalfSoftmax<DT>>(w, cols, cols_pad, nvec, tq, scale, pb, tkv / 2, p_lo, &next);
+    }
+    laps.lap(kStageSoftmax);
+    const bool fresh = j0 == it.kv_begin;
+    if (!fresh) rescale_output(w, D, nvec, tq);
+    laps.lap(kStageRescale);
+    Engine::template accumulate<kP>(kv.vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, cols_pad, width, w.ot, fresh, &next);
+    next.issue(next.total_lines());  // what rounding left
+    laps.lap(kStagePv);
+  }
+  Engine::end();
+  write_outputs_16bit<DT>(job, w, it);
+  laps.finish(kStageEpilogue);
+}
+
+}  // namespace fa::FA_KERNEL_NS
