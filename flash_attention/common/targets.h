@@ -12,7 +12,7 @@
 namespace fa::detail {
 
 struct TargetInfo {
-  const char* name;          // generic, avx2, avx512 (amx, cuda sm80/sm90: later rows)
+  const char* name;          // generic, avx2, avx512, avx512bf16, amx (cuda sm80/sm90: later rows)
   int vector_registers;      // architectural vector registers
   int vector_bytes;          // bytes per vector register
   int matrix_tiles;          // matrix-unit tile registers (AMX: 8 of 16 rows x 64 bytes); 0 = none
@@ -22,8 +22,7 @@ struct TargetInfo {
 
 // Defaults are deliberately common values, not the largest parts: the budget
 // at configure time must hold on the machines the binary will meet.
-// The amx row describes the matrix unit a future AMX path will plan for
-// (8 tile registers of 16 rows x 64 bytes); no kernel uses it yet, and CUDA
+// The amx row's matrix unit: 8 tile registers of 16 rows x 64 bytes.  CUDA
 // targets (sm80, sm90: shared memory and registers per block) will be rows
 // of their own.
 inline constexpr TargetInfo kTargets[] = {
@@ -84,6 +83,15 @@ inline std::size_t fa2_working_set_bytes(int tile_q, int tile_kv, int head_dim, 
 inline constexpr TileRow kMatrixUnitTiles[] = {
     {512, 256, 256, 128, 128},
     {INT64_MAX, 256, 256, 256, 256},
+};
+
+// Recommended tiles for bf16 on VDPBF16PS (avx512bf16), by the same sweep on
+// a 2-core Zen 4 (docs/PERF.md, 2026-12-02): 256 x 128 without a mask at
+// S = 4096 (256 x 256 lost 4%: its K/V tile no longer stays in L1 across a
+// block of query rows), 128 x 128 at S = 512 and under a causal mask.
+inline constexpr TileRow kBf16DotTiles[] = {
+    {512, 128, 128, 128, 128},
+    {INT64_MAX, 256, 128, 128, 128},
 };
 
 }  // namespace fa::detail

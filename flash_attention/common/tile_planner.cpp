@@ -223,7 +223,8 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
   const std::size_t l2 = cpu_l2_bytes();
   const std::size_t limit = l2 > 0 ? l2 : target->l2_bytes;
   const int D = static_cast<int>(p.head_dim);
-  // The matrix unit (amx) has its own recommended tiles and keeps P in pairs too.
+  // The pair path (amx tiles, avx512bf16 dot products) keeps P in bf16 pairs
+  // too, and each engine has its own recommended tiles.
   const bool matrix = uses_matrix_unit(isa, dtype, p.head_dim);
   const int p_bytes = matrix ? (dtype == DType::kF16 ? 4 : 2) : 0;
   auto working_set = [&](int q, int kv) { return detail::fa2_working_set_bytes(q, kv, D, p_bytes); };
@@ -234,8 +235,11 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
   if (tq == kTileAuto || tkv == kTileAuto) {
     int cq = 0, ckv = 0;
     int table_q = 0, table_kv = 0;
-    for (const detail::TileRow& row : matrix ? std::span<const detail::TileRow>(detail::kMatrixUnitTiles)
-                                             : std::span<const detail::TileRow>(detail::kRecommendedTiles)) {
+    const std::span<const detail::TileRow> table =
+        !matrix ? std::span<const detail::TileRow>(detail::kRecommendedTiles)
+        : isa == Isa::kAmx ? std::span<const detail::TileRow>(detail::kMatrixUnitTiles)
+                           : std::span<const detail::TileRow>(detail::kBf16DotTiles);
+    for (const detail::TileRow& row : table) {
       const bool masked = detail::key_window(p).active;  // the causal column serves every window
       if (p.seq_q <= row.max_seq && table_q == 0) table_q = masked ? row.causal_tile_q : row.tile_q;
       if (p.seq_kv <= row.max_seq && table_kv == 0) table_kv = masked ? row.causal_tile_kv : row.tile_kv;

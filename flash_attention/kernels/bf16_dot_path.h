@@ -2,9 +2,10 @@
 // with VDPBF16PS, which multiplies 16 lanes of bf16 pairs and adds both
 // products into fp32 lanes: twice the multiply-adds of an fp32 FMA per
 // instruction, at the same rate on the CPUs measured (docs/PERF.md).  bf16
-// only: fp16 in two pieces would take three products, more than the fp32
-// FMA loop costs.  Included by fa2_tile_loop.h after bf16_pair_path.h when
-// FA_HAVE_BF16_DOT.
+// only: fp16 in two exact pieces takes three products, 1.5 FMA-equivalents
+// against the fp32 FMA loop's one (measured 0.13 against 0.18 TFLOPS), so
+// fp16 stays on the FMA loop.  Included by fa2_tile_loop.h after
+// bf16_pair_path.h when FA_HAVE_BF16_DOT.
 //
 // A register block keeps R x NV accumulators (R rows of the A operand, NV
 // vectors of 16 query rows) across the reduction: per pair step, NV vector

@@ -39,11 +39,18 @@ TEST(Planner, WorkingSetArithmetic) {
   EXPECT_EQ(fa::detail::fa2_working_set_bytes(128, 64, 64, 4), 4u * (16384 + 8192 + 8192 + 384) + 4u * 8192);
 }
 
-// Whether a bf16 plan of this head_dim runs on the matrix unit here (the amx
-// path, when the CPU has it and nothing forces another).
+// Whether a bf16 plan of this head_dim runs on the pair path here (amx or
+// avx512bf16, when the CPU has one and nothing forces another).
 bool bf16_on_matrix_unit(const fa::AttentionParams& p) {
   fa::Isa isa;
   return fa::fa2_select_isa(p, &isa).ok() && fa::uses_matrix_unit(isa, fa::DType::kBF16, p.head_dim);
+}
+
+// The recommended-tile table a bf16 plan of these params reads.
+const fa::detail::TileRow* bf16_tile_table(const fa::AttentionParams& p) {
+  fa::Isa isa = fa::Isa::kGeneric;
+  if (!bf16_on_matrix_unit(p) || !fa::fa2_select_isa(p, &isa).ok()) return fa::detail::kRecommendedTiles;
+  return isa == fa::Isa::kAmx ? fa::detail::kMatrixUnitTiles : fa::detail::kBf16DotTiles;
 }
 
 TEST(Planner, RequestedPlanThatFitsIsKept) {
@@ -87,8 +94,8 @@ TEST(Planner, AutoUsesTheTargetTableAndShrinksToFit) {
   ASSERT_TRUE(fa::fa2_plan(p, fa::DType::kBF16, &plan).ok());
   EXPECT_EQ(plan.source, "target table");
   EXPECT_LE(plan.working_set_bytes, plan.limit_bytes);
-  const bool matrix = bf16_on_matrix_unit(p);  // the amx path has a table of its own
-  const fa::detail::TileRow& row = matrix ? fa::detail::kMatrixUnitTiles[1] : fa::detail::kRecommendedTiles[1];  // up to 4096 / longer
+  const bool matrix = bf16_on_matrix_unit(p);  // each pair-path engine has a table of its own
+  const fa::detail::TileRow& row = bf16_tile_table(p)[1];  // up to 4096 / longer
   if (fa::detail::fa2_working_set_bytes(row.tile_q, row.tile_kv, 64, matrix ? 2 : 0) <= plan.limit_bytes) {
     EXPECT_EQ(plan.tile_q, row.tile_q);
     EXPECT_EQ(plan.tile_kv, row.tile_kv);
