@@ -193,13 +193,13 @@ struct AmxProducts {
   static void end() { _tile_release(); }
   template <int kP>
   static void scores(const std::uint16_t* kp, std::int64_t k_lo, const std::uint32_t* qb, std::int64_t q_lo, int tq,
-                     int D, int cols_pad, int width, float* st, KvLineStream* next) {
-    amx_scores<kP>(kp, k_lo, qb, q_lo, tq, D, cols_pad, width, st, next);
+                     int D, int cols_pad, int width, float* st, const KeySpan*, KvLineStream* next) {
+    amx_scores<kP>(kp, k_lo, qb, q_lo, tq, D, cols_pad, width, st, next);  // every key (spans not used yet)
   }
   template <int kP>
   static void accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo, const std::uint32_t* pb, int ldp,
                          std::int64_t p_lo, int tq, int D, int cols_pad, int width, float* ot, bool fresh,
-                         KvLineStream* next) {
+                         const KeySpan*, KvLineStream* next) {
     amx_accumulate<kP>(vt, ldvt, v_lo, pb, ldp, p_lo, tq, D, cols_pad, width, ot, fresh, next);
   }
 };

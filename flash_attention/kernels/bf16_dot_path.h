@@ -65,20 +65,42 @@ inline constexpr int kDotRows = 8, kDotVecs = 3;
 // vector v at b + v * b_vstride.  Column blocks outside, so a block's B
 // pairs stay in L1 while the A rows stream; the next tile's lines are
 // issued `share` per column block.
-template <bool kLoad>
+// `spans` (may be null) limits each column block to the keys its rows may
+// attend: with kKeysAreRows (Q·Kᵀ: A rows are keys) the other A rows are not
+// multiplied and their C rows are set to -inf; else (P·V: the reduction
+// runs over keys) the reduction skips the 32-key blocks outside, whose
+// probabilities are 0.
+template <bool kLoad, bool kKeysAreRows>
 inline void dot_product(const std::uint32_t* a, std::int64_t a_block, int M, const std::uint32_t* b,
-                        std::int64_t b_vstride, int pairs, int width, float* c, int ldc, KvLineStream* next,
-                        int share) {
+                        std::int64_t b_vstride, int pairs, int width, float* c, int ldc, const KeySpan* spans,
+                        KvLineStream* next, int share) {
   const int nvec = width / 16;
   for (int v0 = 0; v0 < nvec; v0 += kDotVecs) {
-    const std::uint32_t* bv = b + v0 * b_vstride;
-    for (int m0 = 0; m0 < M; m0 += kDotRows) {
-      const std::uint32_t* am = a + (m0 / 16) * a_block + (m0 % 16) * 16;
+    const int nv = nvec - v0 < kDotVecs ? nvec - v0 : kDotVecs;
+    int m_begin = 0, m_end = M, p_begin = 0, p_end = pairs;
+    if (spans) {  // the block's rows attend the union of their spans (windows only move forward)
+      const int begin = spans[v0].begin, end = spans[v0 + nv - 1].end;
+      if constexpr (kKeysAreRows) {
+        m_begin = begin / kDotRows * kDotRows;
+        m_end = end > begin ? (end + kDotRows - 1) / kDotRows * kDotRows : m_begin;
+        const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+        for (int m = 0; m < M; ++m) {
+          if (m >= m_begin && m < m_end) continue;
+          for (int v = 0; v < nv; ++v) _mm512_storeu_ps(c + std::int64_t(m) * ldc + (v0 + v) * 16, neg_inf);
+        }
+      } else {
+        p_begin = begin / 32 * 16;
+        p_end = end > begin ? (end + 31) / 32 * 16 : p_begin;
+      }
+    }
+    const std::uint32_t* bv = b + v0 * b_vstride + std::int64_t(p_begin) * 16;
+    for (int m0 = m_begin; m0 < m_end; m0 += kDotRows) {
+      const std::uint32_t* am = a + (m0 / 16) * a_block + (m0 % 16) * 16 + std::int64_t(p_begin) * 16;
       float* cm = c + std::int64_t(m0) * ldc + v0 * 16;
-      switch (nvec - v0) {
-        case 1: dot_block<kDotRows, 1, kLoad>(am, bv, b_vstride, pairs, cm, ldc); break;
-        case 2: dot_block<kDotRows, 2, kLoad>(am, bv, b_vstride, pairs, cm, ldc); break;
-        default: dot_block<kDotRows, kDotVecs, kLoad>(am, bv, b_vstride, pairs, cm, ldc); break;
+      switch (nv) {
+        case 1: dot_block<kDotRows, 1, kLoad>(am, bv, b_vstride, p_end - p_begin, cm, ldc); break;
+        case 2: dot_block<kDotRows, 2, kLoad>(am, bv, b_vstride, p_end - p_begin, cm, ldc); break;
+        default: dot_block<kDotRows, kDotVecs, kLoad>(am, bv, b_vstride, p_end - p_begin, cm, ldc); break;
       }
     }
     if (next) next->issue(share);
@@ -94,24 +116,30 @@ struct DotProducts {
   static void end() {}
   template <int kP>
   static void scores(const std::uint16_t* kp, std::int64_t, const std::uint32_t* qb, std::int64_t, int tq, int D,
-                     int cols_pad, int width, float* st, KvLineStream* next) {
+                     int cols_pad, int width, float* st, const KeySpan* spans, KvLineStream* next) {
     static_assert(kP == 1, "bf16 only");
-    const int share = next ? next->third_per_step((width / 16 + kDotVecs - 1) / kDotVecs) : 0;
-    dot_product<false>(reinterpret_cast<const std::uint32_t*>(kp), std::int64_t(D / 32) * 256, cols_pad, qb,
-                       std::int64_t(D / 2) * 16, D / 2, width, st, tq, next, share);
+    dot_product<false, true>(reinterpret_cast<const std::uint32_t*>(kp), std::int64_t(D / 32) * 256, cols_pad, qb,
+                             std::int64_t(D / 2) * 16, D / 2, width, st, tq, spans, next, share(next, width));
   }
   template <int kP>
   static void accumulate(const std::uint32_t* vt, int ldvt, std::int64_t, const std::uint32_t* pb, int ldp,
                          std::int64_t, int tq, int D, int cols_pad, int width, float* ot, bool fresh,
-                         KvLineStream* next) {
+                         const KeySpan* spans, KvLineStream* next) {
     static_assert(kP == 1, "bf16 only");
-    const int share = next ? next->third_per_step((width / 16 + kDotVecs - 1) / kDotVecs) : 0;
     const std::int64_t a_block = std::int64_t(ldvt / 16) * 256, b_vstride = std::int64_t(ldp) * 16;
     if (fresh) {
-      dot_product<false>(vt, a_block, D, pb, b_vstride, cols_pad / 2, width, ot, tq, next, share);
+      dot_product<false, false>(vt, a_block, D, pb, b_vstride, cols_pad / 2, width, ot, tq, spans, next,
+                                share(next, width));
     } else {
-      dot_product<true>(vt, a_block, D, pb, b_vstride, cols_pad / 2, width, ot, tq, next, share);
+      dot_product<true, false>(vt, a_block, D, pb, b_vstride, cols_pad / 2, width, ot, tq, spans, next,
+                               share(next, width));
     }
+  }
+
+ private:
+  // Lines of the next tile per column block: a third of them per product.
+  static int share(KvLineStream* next, int width) {
+    return next ? next->third_per_step((width / 16 + kDotVecs - 1) / kDotVecs) : 0;
   }
 };
 

@@ -22,17 +22,20 @@
 // An engine is a struct of static members (AmxProducts, DotProducts):
 //   kHandles<DT>        whether it runs this dtype (fp16 in two pieces: amx)
 //   begin(), end()      around an item's products (the tile configuration)
-//   scores<kP>(kp, k_lo, qb, q_lo, tq, D, cols_pad, width, st, next)
+//   scores<kP>(kp, k_lo, qb, q_lo, tq, D, cols_pad, width, st, spans, next)
 //       Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols_pad, r < width; K in
 //       A-block order (pack_k_tiles; lo piece k_lo elements on), Qᵀ in
 //       B-block order (pack_q_pairs; q_lo on), Sᵀ rows tq floats apart
-//   accumulate<kP>(vt, ldvt, v_lo, pb, ldp, p_lo, tq, D, cols_pad, width, ot, fresh, next)
+//   accumulate<kP>(vt, ldvt, v_lo, pb, ldp, p_lo, tq, D, cols_pad, width, ot, fresh, spans, next)
 //       Oᵀ[d][r] (+)= sum_c Vᵀ[d][c] Pᵀ[c][r] for d < D, r < width, c <
 //       cols_pad (Oᵀ = the sum, without reading it, when `fresh`); Vᵀ in
 //       A-block order (pack_v_transposed, ldvt = tile_kv / 2), P in B-block
 //       order (pack_p_pairs, ldp = tile_kv / 2)
 //   `next` (may be null) is the next K/V tile's lines, of which each
-//   product issues a third (KvLineStream).
+//   product issues a third (KvLineStream).  `spans` (may be null: every
+//   key may attend): per vector of 16 query rows, the keys of the tile its
+//   rows' window lets in (tile_key_spans); an engine may skip the others
+//   (their scores -inf, their probabilities 0).
 #pragma once
 
 #include <immintrin.h>
@@ -454,6 +457,32 @@ inline KvLineStream next_tile_lines(const Fa2Job& job, const TileItem& it, std::
   return next;
 }
 
+// Keys [begin, end) of a tile (relative to its first key) that one vector of
+// 16 query rows may attend.
+struct KeySpan {
+  int begin, end;
+};
+
+// For a tile that crosses its rows' window (a causal diagonal tile, a
+// band's edges): each row vector's span of keys, into `spans` (nvec
+// entries); null for a tile every row may attend whole.  Windows move with
+// the row (begin and end never decrease), so a vector's span runs from its
+// first row's begin to its last row's end.  Explicit masks only remove more
+// keys, which masking handles as before.
+inline const KeySpan* tile_key_spans(const Fa2Job& job, const TileItem& it, std::int64_t j0, int cols, KeySpan* spans) {
+  if (!job.window.active || (j0 + cols <= key_end(job, it.i0) && j0 >= key_begin(job, it.i0 + it.rows - 1))) {
+    return nullptr;
+  }
+  for (int j = 0; j < it.nvec; ++j) {
+    const std::int64_t first = it.i0 + 16 * j, last = it.i0 + (16 * j + 15 < it.rows ? 16 * j + 15 : it.rows - 1);
+    std::int64_t begin = key_begin(job, first) - j0, end = key_end(job, last) - j0;
+    begin = begin < 0 ? 0 : (begin > cols ? cols : begin);
+    end = end < begin ? begin : (end > cols ? cols : end);
+    spans[j] = {static_cast<int>(begin), static_cast<int>(end)};
+  }
+  return spans;
+}
+
 // One item of the pair path, both products on `Engine` (bf16, or fp16 in
 // two pieces where the engine takes it): Q packed into scratch
 // (tile_operands), K/V read from their shared slots or packed there
@@ -478,14 +507,16 @@ void run_tile_pairs(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   init_tile_state(job, w, it, /*zero_output=*/it.kv_begin >= it.kv_end);
   Engine::begin();
   laps.lap(kStageQ);
+  KeySpan span_buffer[512 / 16];  // tile_q <= 512
   for (std::int64_t j0 = it.kv_begin; j0 < it.kv_end; j0 += tkv) {
     const int cols = static_cast<int>(it.kv_end - j0 < tkv ? it.kv_end - j0 : tkv);
     const int cols_pad = (cols + 31) & ~31;
+    const KeySpan* spans = tile_key_spans(job, it, j0, cols, span_buffer);
     KvLineStream next = next_tile_lines<DT>(job, it, j0);
     const KvOperands kv = shared_kv_tile<DT>(job, it, j0, cols, cols_pad, op);
     if (kv.own) pack_k_tiles<DT>(k16 + j0 * ks, ks, cols, cols_pad, D, kpack, k_lo);
     laps.lap(kStageKv);
-    Engine::template scores<kP>(kv.k, k_lo, qb, q_lo, tq, D, cols_pad, width, w.st, &next);
+    Engine::template scores<kP>(kv.k, k_lo, qb, q_lo, tq, D, cols_pad, width, w.st, spans, &next);
     laps.lap(kStageScores);
     if (kv.own) pack_v_transposed<DT>(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2, v_lo);
     laps.lap(kStageKv);
@@ -501,7 +532,8 @@ void run_tile_pairs(const Fa2Job& job, const Workspace& w, const TileItem& it) {
     const bool fresh = j0 == it.kv_begin;
     if (!fresh) rescale_output(w, D, nvec, tq);
     laps.lap(kStageRescale);
-    Engine::template accumulate<kP>(kv.vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, cols_pad, width, w.ot, fresh, &next);
+    Engine::template accumulate<kP>(kv.vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, cols_pad, width, w.ot, fresh, spans,
+                                    &next);
     next.issue(next.total_lines());  // what rounding left
     laps.lap(kStagePv);
   }

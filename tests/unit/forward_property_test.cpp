@@ -196,6 +196,67 @@ INSTANTIATE_TEST_SUITE_P(PairPaths, SharedKvPacking,
                                   std::to_string(std::get<2>(info.param));
                          });
 
+// Windows whose edges cut through tiles, on shapes every path runs through
+// its tile path (head_dim 64, tiles of 32 keys or more): the pair path skips
+// the keys a block of query rows cannot attend (KeySpan), so narrow bands
+// (row blocks with no key in a tile), wide bands, both causal alignments
+// with seq_q != seq_kv (rows with no key at all), the band of mode 0 with an
+// explicit mask, and a GQA group with several threads.
+struct WindowCase {
+  const char* name;
+  std::int64_t seq_q, seq_kv;
+  fa::SparseMode mode;
+  std::int64_t pre, next;
+  MaskMode mask;
+  int tile_q, tile_kv;
+};
+const WindowCase kWindowCases[] = {
+    {"narrow_band", 300, 300, fa::SparseMode::kBand, 5, 3, MaskMode::kNone, 128, 64},
+    {"band_past_only", 260, 330, fa::SparseMode::kBand, 100, 0, MaskMode::kNone, 64, 128},
+    {"causal_top_left_more_queries", 200, 150, fa::SparseMode::kCausalTopLeft, fa::kUnboundedTokens,
+     fa::kUnboundedTokens, MaskMode::kNone, 128, 64},
+    {"causal_bottom_right_more_keys", 150, 300, fa::SparseMode::kCausalBottomRight, fa::kUnboundedTokens,
+     fa::kUnboundedTokens, MaskMode::kNone, 64, 64},
+    {"causal_bottom_right_more_queries", 300, 140, fa::SparseMode::kCausalBottomRight, fa::kUnboundedTokens,
+     fa::kUnboundedTokens, MaskMode::kNone, 128, 128},
+    {"band_and_mask", 190, 210, fa::SparseMode::kMaskAndBand, 40, 40, MaskMode::kExplicit, 64, 32},
+};
+
+class WindowEdges : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, int>> {};
+
+TEST_P(WindowEdges, MatchesFloat64Reference) {
+  const auto [isa, dtype, index] = GetParam();
+  SKIP_UNLESS_AVAILABLE(isa);
+  const WindowCase& w = kWindowCases[index];
+  CaseSpec c;
+  c.dtype = dtype;
+  c.mask = w.mask;
+  c.seed = 4242u + static_cast<std::uint32_t>(index);
+  fa::AttentionParams& p = c.params;
+  p.batch = 2;
+  p.seq_q = w.seq_q;
+  p.seq_kv = w.seq_kv;
+  p.num_heads = 4;
+  p.num_kv_heads = 2;
+  p.head_dim = 64;
+  p.tile_q = w.tile_q;
+  p.tile_kv = w.tile_kv;
+  p.threads = 3;
+  p.sparse_mode = w.mode;
+  p.pre_tokens = w.pre;
+  p.next_tokens = w.next;
+  expect_matches_reference(c, isa);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, WindowEdges,
+                         ::testing::Combine(kPaths, ::testing::Values(DType::kBF16, DType::kF16),
+                                            ::testing::Range(0, static_cast<int>(std::size(kWindowCases)))),
+                         [](const auto& info) {
+                           return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
+                                  std::string(fa::dtype_name(std::get<1>(info.param))) + "_" +
+                                  kWindowCases[std::get<2>(info.param)].name;
+                         });
+
 // A direct call with chosen inputs; returns O as float and the LSE.
 struct ForwardRun {
   std::vector<float> out, lse;
