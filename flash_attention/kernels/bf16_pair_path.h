@@ -34,8 +34,8 @@
 //   `next` (may be null) is the next K/V tile's lines, of which each
 //   product issues a third (KvLineStream).  `spans` (may be null: every
 //   key may attend): per vector of 16 query rows, the keys of the tile its
-//   rows' window lets in (tile_key_spans); an engine may skip the others
-//   (their scores -inf, their probabilities 0).
+//   rows' window lets in (tile_key_spans, fa2_tile_loop.h); an engine may
+//   skip the others (their scores -inf, their probabilities 0).
 #pragma once
 
 #include <immintrin.h>
@@ -457,32 +457,6 @@ inline KvLineStream next_tile_lines(const Fa2Job& job, const TileItem& it, std::
   return next;
 }
 
-// Keys [begin, end) of a tile (relative to its first key) that one vector of
-// 16 query rows may attend.
-struct KeySpan {
-  int begin, end;
-};
-
-// For a tile that crosses its rows' window (a causal diagonal tile, a
-// band's edges): each row vector's span of keys, into `spans` (nvec
-// entries); null for a tile every row may attend whole.  Windows move with
-// the row (begin and end never decrease), so a vector's span runs from its
-// first row's begin to its last row's end.  Explicit masks only remove more
-// keys, which masking handles as before.
-inline const KeySpan* tile_key_spans(const Fa2Job& job, const TileItem& it, std::int64_t j0, int cols, KeySpan* spans) {
-  if (!job.window.active || (j0 + cols <= key_end(job, it.i0) && j0 >= key_begin(job, it.i0 + it.rows - 1))) {
-    return nullptr;
-  }
-  for (int j = 0; j < it.nvec; ++j) {
-    const std::int64_t first = it.i0 + 16 * j, last = it.i0 + (16 * j + 15 < it.rows ? 16 * j + 15 : it.rows - 1);
-    std::int64_t begin = key_begin(job, first) - j0, end = key_end(job, last) - j0;
-    begin = begin < 0 ? 0 : (begin > cols ? cols : begin);
-    end = end < begin ? begin : (end > cols ? cols : end);
-    spans[j] = {static_cast<int>(begin), static_cast<int>(end)};
-  }
-  return spans;
-}
-
 // One item of the pair path, both products on `Engine` (bf16, or fp16 in
 // two pieces where the engine takes it): Q packed into scratch
 // (tile_operands), K/V read from their shared slots or packed there
@@ -507,7 +481,7 @@ void run_tile_pairs(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   init_tile_state(job, w, it, /*zero_output=*/it.kv_begin >= it.kv_end);
   Engine::begin();
   laps.lap(kStageQ);
-  KeySpan span_buffer[512 / 16];  // tile_q <= 512
+  KeySpan span_buffer[kMaxRowVectors];
   for (std::int64_t j0 = it.kv_begin; j0 < it.kv_end; j0 += tkv) {
     const int cols = static_cast<int>(it.kv_end - j0 < tkv ? it.kv_end - j0 : tkv);
     const int cols_pad = (cols + 31) & ~31;

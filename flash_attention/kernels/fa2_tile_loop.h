@@ -74,6 +74,13 @@ struct Workspace {
   }
 };
 
+// Keys [begin, end) of a K/V tile (relative to its first key) that one
+// vector of query rows may attend (tile_key_spans).
+struct KeySpan {
+  int begin, end;
+};
+inline constexpr int kMaxRowVectors = 512 / Vec::W;  // tile_q <= 512
+
 // C[i][j] for i < M and j < NV vectors starting at column block j0:
 //   C = (kAccumulate ? C * col_scale : 0) + sum_k A(i, k) * B[k][j]
 // A(i, k) = a[i * a_rs + k * a_ks]; B and C row-major with ldb / ldc.
@@ -126,18 +133,42 @@ inline void gemm_column_block(const float* a, std::int64_t a_rs, std::int64_t a_
 }
 
 // C[M][nvec * W] (+)= A[M][K] · B[K][nvec * W], blocked over columns.
-template <bool kAccumulate>
+// `spans` (may be null) limits each column block to the keys its rows may
+// attend (the union over its vectors: windows only move forward): with
+// kKeysAreRows (Q·Kᵀ, A rows are keys) the other rows are not computed and
+// set to -inf; else (P·V, the reduction runs over keys) the reduction skips
+// them, their probabilities being 0.
+template <bool kAccumulate, bool kKeysAreRows = !kAccumulate>
 inline void gemm(const float* a, std::int64_t a_rs, std::int64_t a_ks, int M, int K, const float* b, int ldb,
-                 int nvec, float* c, int ldc, const float* col_scale) {
+                 int nvec, float* c, int ldc, const float* col_scale, const KeySpan* spans = nullptr) {
   constexpr int W = Vec::W, NV = Vec::kVecs;
-  int j = 0;
-  for (; j + NV <= nvec; j += NV) {
-    gemm_column_block<NV, kAccumulate>(a, a_rs, a_ks, M, b + j * W, ldb, c + j * W, ldc, K,
-                                       kAccumulate ? col_scale + j * W : nullptr);
-  }
-  for (; j < nvec; ++j) {
-    gemm_column_block<1, kAccumulate>(a, a_rs, a_ks, M, b + j * W, ldb, c + j * W, ldc, K,
-                                      kAccumulate ? col_scale + j * W : nullptr);
+  for (int j = 0; j < nvec;) {
+    const int nv = nvec - j >= NV ? NV : 1;
+    int m0 = 0, m1 = M, k0 = 0, k1 = K;
+    if (spans) {
+      const int begin = spans[j].begin, end = spans[j + nv - 1].end > begin ? spans[j + nv - 1].end : begin;
+      if constexpr (kKeysAreRows) {
+        m0 = begin;
+        m1 = end;
+        for (int m = 0; m < M; ++m) {
+          if (m >= m0 && m < m1) continue;
+          for (int v = 0; v < nv; ++v) Vec::store(c + std::int64_t(m) * ldc + (j + v) * W, Vec::set1(kNegInf));
+        }
+      } else {
+        k0 = begin;
+        k1 = end;
+      }
+    }
+    const float* a_sub = a + m0 * a_rs + k0 * a_ks;
+    const float* b_sub = b + std::int64_t(k0) * ldb + j * W;
+    float* c_sub = c + std::int64_t(m0) * ldc + j * W;
+    const float* scale = kAccumulate ? col_scale + j * W : nullptr;
+    if (nv == NV) {
+      gemm_column_block<NV, kAccumulate>(a_sub, a_rs, a_ks, m1 - m0, b_sub, ldb, c_sub, ldc, k1 - k0, scale);
+    } else {
+      gemm_column_block<1, kAccumulate>(a_sub, a_rs, a_ks, m1 - m0, b_sub, ldb, c_sub, ldc, k1 - k0, scale);
+    }
+    j += nv;
   }
 }
 
@@ -676,6 +707,27 @@ inline void mask_tile(const Fa2Job& job, std::int64_t i0, int rows, std::int64_t
   }
 }
 
+// For a tile that crosses its rows' window (a causal diagonal tile, a
+// band's edges): each vector of W query rows' span of keys, into `spans`
+// (it.nvec entries); null for a tile every row may attend whole.  Windows
+// move with the row (begin and end never decrease), so a vector's span runs
+// from its first row's begin to its last row's end.  Explicit masks only
+// remove more keys, which masking handles as before.
+inline const KeySpan* tile_key_spans(const Fa2Job& job, const TileItem& it, std::int64_t j0, int cols, KeySpan* spans) {
+  constexpr int W = Vec::W;
+  if (!job.window.active || (j0 + cols <= key_end(job, it.i0) && j0 >= key_begin(job, it.i0 + it.rows - 1))) {
+    return nullptr;
+  }
+  for (int j = 0; j < it.nvec; ++j) {
+    const std::int64_t first = it.i0 + W * j, last = it.i0 + (W * j + W - 1 < it.rows ? W * j + W - 1 : it.rows - 1);
+    std::int64_t begin = key_begin(job, first) - j0, end = key_end(job, last) - j0;
+    begin = begin < 0 ? 0 : (begin > cols ? cols : begin);
+    end = end < begin ? begin : (end > cols ? cols : end);
+    spans[j] = {static_cast<int>(begin), static_cast<int>(end)};
+  }
+  return spans;
+}
+
 // Dropout on a Pᵀ tile, after the row sum took the undropped P.
 inline void drop_tile(const Fa2Job& job, std::int64_t bh, std::int64_t i0, int rows, std::int64_t j0, int cols,
                       float* st, int tq) {
@@ -792,20 +844,22 @@ void run_tile(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   init_tile_state(job, w, it);
   laps.lap(kStageQ);
 
+  KeySpan span_buffer[kMaxRowVectors];
   for (std::int64_t j0 = it.kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
+    const KeySpan* spans = tile_key_spans(job, it, j0, cols, span_buffer);
     const KvTile kv = load_kv_tile<DT, kPrefetch>(job, w, kbase, vbase, j0, cols, kv_end);
     laps.lap(kStageKv);
 
-    // Sᵀ[c][r] = K[c] · Qᵀ[:, r]
-    gemm<false>(kv.k, kv.ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr);
+    // Sᵀ[c][r] = K[c] · Qᵀ[:, r], for the keys each row vector may attend
+    gemm<false>(kv.k, kv.ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr, spans);
     laps.lap(kStageScores);
     softmax_raw_tile<DT>(job, w, it, j0, cols);
     laps.lap(kStageSoftmax);
 
     // Oᵀ[d][r] = Oᵀ[d][r] * alpha[r] + sum_c V[c][d] * Pᵀ[c][r] (the rescale is
     // fused into this product here)
-    gemm<true>(kv.v, 1, kv.ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha);
+    gemm<true>(kv.v, 1, kv.ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha, spans);
     laps.lap(kStagePv);
   }
 
