@@ -142,7 +142,8 @@ detail::Fa2Job planned_job(const AttentionParams& p, DType dtype, const Plan& pl
   return job;
 }
 
-// Bytes of the path's K/V packing shared by all items of a call (amx), 0
+// Bytes of the path's K/V packing shared by all items of a call (the pair
+// path: amx, and bf16 on avx512bf16), 0
 // when it has none or would not gain from one; variable-length calls pack
 // per item.
 std::size_t kv_pack_bytes(const detail::KernelTable* table, const AttentionParams& p, const detail::Fa2Job& job) {

@@ -221,7 +221,8 @@ struct AttentionTensors {
 FA_API Status validate(const AttentionParams& params, const AttentionTensors& tensors);
 
 // Bytes of scratch memory an fa2_forward call allocates for `threads` threads
-// (on the amx path with it the K/V packing shared by the call's Q tiles).
+// (on the pair path, amx and bf16 on avx512bf16, with it the K/V packing
+// shared by the call's Q tiles).
 FA_API std::size_t fa2_workspace_bytes(const AttentionParams& params, DType dtype, int threads);
 
 // Workspace blocks are kept for the next calls when a call ends (the largest
@@ -250,15 +251,17 @@ FA_API Status fa2_select_isa(const AttentionParams& params, Isa* isa);
 // GFLOP/s, measured by running independent FMA chains for about `seconds`.
 FA_API double measure_fma_peak_gflops(Isa isa, int threads, double seconds);
 
-// Peak bf16 rate of `isa`'s matrix unit (AMX TDPBF16PS) on `threads` threads,
-// in GFLOP/s; 0 for paths without one.
+// Peak bf16 rate of `isa`'s bf16 product unit on `threads` threads, in
+// GFLOP/s: AMX TDPBF16PS on the amx path, AVX512-BF16 VDPBF16PS on the
+// avx512bf16 path; 0 for paths without one.
 FA_API double measure_matrix_peak_gflops(Isa isa, int threads, double seconds);
 
 // True when a call of this dtype and head_dim on `isa` runs its products on
-// the matrix unit: the amx path for bf16, and for fp16 split exactly into two
-// bf16 pieces (three products each), with head_dim a multiple of 32 (and K/V
-// tiles of at least 32 keys); query tiles of at most 4 rows run on the
-// vector unit whatever the path.
+// the bf16 unit measure_matrix_peak_gflops measures: the amx path for bf16,
+// and for fp16 split exactly into two bf16 pieces (three products each); the
+// avx512bf16 path for bf16; with head_dim a multiple of 32 (and K/V tiles of
+// at least 32 keys).  Query tiles of at most 4 rows run on the vector unit
+// whatever the path.
 FA_API bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim);
 
 // Float64 reference forward (straightforward softmax(QKᵀ)V with float64
