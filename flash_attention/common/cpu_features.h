@@ -13,12 +13,20 @@ struct CpuFeatures {
   bool amx_tile = false, amx_bf16 = false;
   // Operating-system state saving (XCR0): vector registers usable at all.
   bool os_avx = false, os_avx512 = false, os_amx = false;
+  bool amd = false;  // vendor "AuthenticAMD"
 
   bool has_avx2_path() const { return os_avx && avx2 && fma && f16c; }
   bool has_avx512_path() const {
     return has_avx2_path() && os_avx512 && avx512f && avx512bw && avx512vl && avx512dq;
   }
   bool has_avx512bf16_path() const { return has_avx512_path() && avx512_bf16; }
+  // Whether VDPBF16PS outpaces the FMA loop, so the automatic choice may
+  // take the avx512bf16 path: on AMD Zen 4 it does twice an FMA's work at
+  // the FMA's rate (measured, docs/PERF.md); on Intel cores it runs at half
+  // the FMA's flop rate (reported for Sapphire Rapids: ~122 against ~245 GFLOP/s a core),
+  // so there the avx512 path is faster and avx512bf16 is only taken when
+  // asked for (--isa, FA_ISA).
+  bool bf16_dot_outpaces_fma() const { return has_avx512bf16_path() && amd; }
   bool has_amx_path() const {
     return has_avx512_path() && avx512_bf16 && avx512_fp16 && os_amx && amx_tile && amx_bf16;
   }

@@ -155,10 +155,16 @@ Status select_isa(const std::optional<Isa>& forced, Isa* chosen) {
     *chosen = *want;
     return Status::Ok();
   }
-  for (auto it = std::rbegin(kAllIsas); it != std::rend(kAllIsas); ++it) {
-    if (isa_available(*it)) {
-      *chosen = *it;
-      return Status::Ok();
+  // avx512bf16 goes first only where its dot products outpace the FMA loop
+  // (CpuFeatures::bf16_dot_outpaces_fma); elsewhere it is the last resort
+  // (a build of that path alone).
+  for (const bool by_speed : {true, false}) {
+    for (auto it = std::rbegin(kAllIsas); it != std::rend(kAllIsas); ++it) {
+      if (by_speed && *it == Isa::kAvx512Bf16 && !cpu_features().bf16_dot_outpaces_fma()) continue;
+      if (isa_available(*it)) {
+        *chosen = *it;
+        return Status::Ok();
+      }
     }
   }
   // Only paths the CPU lacks were built (FA_TARGET=avx512 on an AVX2 CPU, say).

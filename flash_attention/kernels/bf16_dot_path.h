@@ -1,7 +1,8 @@
 // The pair path's engine on AVX512_BF16 (avx512bf16 path): both products
 // with VDPBF16PS, which multiplies 16 lanes of bf16 pairs and adds both
 // products into fp32 lanes: twice the multiply-adds of an fp32 FMA per
-// instruction, at the same rate on the CPUs measured (docs/PERF.md).  bf16
+// instruction, at the FMA's rate on AMD Zen 4 (docs/PERF.md; Intel cores run
+// it at half the FMA's flop rate, CpuFeatures::bf16_dot_outpaces_fma).  bf16
 // only: fp16 in two exact pieces takes three products, 1.5 FMA-equivalents
 // against the fp32 FMA loop's one (measured 0.13 against 0.18 TFLOPS), so
 // fp16 stays on the FMA loop.  Included by fa2_tile_loop.h after

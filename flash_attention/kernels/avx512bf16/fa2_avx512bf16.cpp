@@ -1,8 +1,9 @@
 // The FA2 tile loop compiled for the avx512bf16 path: the AVX-512 loop, whose
 // pair path (bf16_pair_path.h) runs bf16's two products with AVX512_BF16's
-// VDPBF16PS (bf16_dot_path.h): CPUs with AVX512_BF16 but no AMX (AMD Zen 4
-// and later, Intel Cooper Lake).  fp16 and fp32 calls, and shapes the pair
-// path does not fit, run the AVX-512 FMA code compiled here.  Flags set per
+// VDPBF16PS (bf16_dot_path.h); chosen automatically on AMD CPUs (Zen 4 and
+// later), where VDPBF16PS outpaces the FMA loop (CpuFeatures::
+// bf16_dot_outpaces_fma).  fp16 and fp32 calls, and shapes the pair path
+// does not fit, run the AVX-512 FMA code compiled here.  Flags set per
 // file in flash_attention/CMakeLists.txt.
 #define FA_KERNEL_NS isa_avx512bf16
 #define FA_HAVE_BF16_DOT 1

@@ -1,0 +1,60 @@
+// The automatic choice of kernel path: the fastest the build has and the CPU
+// runs, where avx512bf16 ranks above avx512 only on CPUs whose VDPBF16PS
+// outpaces the FMA loop (AMD); on Intel cores it runs at half the FMA's flop
+// rate, so there avx512 stays the automatic choice.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "common/cpu_features.h"
+#include "flash_attention/flash_attention.h"
+
+namespace {
+
+fa::detail::CpuFeatures avx512_cpu(bool amd, bool bf16) {
+  fa::detail::CpuFeatures f;
+  f.avx2 = f.fma = f.f16c = true;
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = true;
+  f.os_avx = f.os_avx512 = true;
+  f.avx512_bf16 = bf16;
+  f.amd = amd;
+  return f;
+}
+
+TEST(IsaChoice, Bf16DotRanksFirstOnlyWhereItOutpacesTheFma) {
+  EXPECT_TRUE(avx512_cpu(/*amd=*/true, /*bf16=*/true).bf16_dot_outpaces_fma());    // Zen 4
+  EXPECT_FALSE(avx512_cpu(/*amd=*/false, /*bf16=*/true).bf16_dot_outpaces_fma());  // Cooper Lake, Sapphire Rapids
+  EXPECT_FALSE(avx512_cpu(/*amd=*/true, /*bf16=*/false).bf16_dot_outpaces_fma());  // no AVX512-BF16
+  fa::detail::CpuFeatures no_os_state = avx512_cpu(true, true);
+  no_os_state.os_avx512 = false;  // the OS does not save the ZMM registers
+  EXPECT_FALSE(no_os_state.bf16_dot_outpaces_fma());
+}
+
+TEST(IsaChoice, AutomaticChoiceOnThisCpu) {
+  const char* forced = std::getenv("FA_ISA");
+  const std::optional<std::string> saved = forced ? std::optional<std::string>(forced) : std::nullopt;
+  unsetenv("FA_ISA");
+  fa::Isa chosen;
+  const fa::Status s = fa::fa2_select_isa(fa::AttentionParams{}, &chosen);
+  if (saved) setenv("FA_ISA", saved->c_str(), 1);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_TRUE(fa::isa_available(chosen));
+  // The fastest available, in the documented order.
+  fa::Isa expected = fa::Isa::kGeneric;
+  if (fa::isa_available(fa::Isa::kAmx)) {
+    expected = fa::Isa::kAmx;
+  } else if (fa::isa_available(fa::Isa::kAvx512Bf16) && fa::detail::cpu_features().bf16_dot_outpaces_fma()) {
+    expected = fa::Isa::kAvx512Bf16;
+  } else if (fa::isa_available(fa::Isa::kAvx512)) {
+    expected = fa::Isa::kAvx512;
+  } else if (fa::isa_available(fa::Isa::kAvx2)) {
+    expected = fa::Isa::kAvx2;
+  } else if (!fa::isa_available(fa::Isa::kGeneric)) {
+    expected = chosen;  // a build of one path the ranking skipped (avx512bf16 alone on Intel)
+  }
+  EXPECT_EQ(fa::isa_name(chosen), fa::isa_name(expected));
+}
+
+}  // namespace
