@@ -1,5 +1,6 @@
 #!/bin/sh
-# Portability guard: an object compiled with AVX2, AVX-512 or AMX flags must not
+# Portability guard: an object compiled with AVX2, AVX-512 (with or without
+# AVX512-BF16) or AMX flags must not
 # define any shared (weak/COMDAT) symbol outside its own fa::isa_<path>
 # namespace, or the linker could pick that copy for baseline code and the
 # library would crash on CPUs without the instruction set.
@@ -10,6 +11,7 @@ for obj in "$@"; do
   case "$obj" in
     */kernels/avx2/*) ns=isa_avx2 ;;
     */kernels/avx512/*) ns=isa_avx512 ;;
+    */kernels/avx512bf16/*) ns=isa_avx512bf16 ;;
     */kernels/amx/*) ns=isa_amx ;;
     *) continue ;;
   esac
