@@ -1,9 +1,9 @@
 #!/bin/sh
 # Portability guard: an object compiled with AVX2, AVX-512 (with or without
-# AVX512-BF16) or AMX flags must not
-# define any shared (weak/COMDAT) symbol outside its own fa::isa_<path>
-# namespace, or the linker could pick that copy for baseline code and the
-# library would crash on CPUs without the instruction set.
+# AVX512-BF16) or AMX flags must not define any shared (weak/COMDAT) symbol
+# outside its own fa::isa_<path> namespace, or the linker could pick that
+# copy for baseline code and the library would crash on CPUs without the
+# instruction set.
 # usage: isa_symbols_test.sh OBJECT...
 status=0
 checked=0
