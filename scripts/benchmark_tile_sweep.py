@@ -85,8 +85,9 @@ def load_config(path):
     hw = cfg.get("hardware", {})
     check_keys(hw, "hardware", path)
     target = hw.get("target", "auto")
-    if target not in ("auto", "generic", "avx2", "avx512"):
-        raise fa_data.InputError(f"{path}: hardware.target '{target}' (expected auto, generic, avx2 or avx512)")
+    if target not in ("auto", "generic", "avx2", "avx512", "avx512bf16", "amx"):
+        raise fa_data.InputError(
+            f"{path}: hardware.target '{target}' (expected auto, generic, avx2, avx512, avx512bf16 or amx)")
     max_threads = hw.get("max_threads", 0)
     if not isinstance(max_threads, int) or max_threads < 0:
         raise fa_data.InputError(f"{path}: hardware.max_threads must be 0 (all cores) or a positive integer")
