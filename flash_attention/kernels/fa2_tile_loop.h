@@ -74,6 +74,40 @@ struct Workspace {
   }
 };
 
+// The next K/V tile's cache lines, fetched a few at a time from inside this
+// tile's three long phases (Q·Kᵀ, softmax, P·V each issue a third of them,
+// a share per block or row step) instead of all at the tile's start: two
+// thousand prefetches in a row wait on the core's fill buffers just as the
+// loads they replace would, while spread over the compute their latency hides
+// behind it.  Into L2 (a tile is larger than L1): K rows first, then V.
+// The pair path always streams them; the vector paths' tile loop with
+// FA_ENABLE_ASYNC (its two products issue half each); the row path with
+// FA_ENABLE_ASYNC issues all of them at once, into L1 (load_kv_tile).
+struct KvLineStream {
+  const char* base[2] = {nullptr, nullptr};  // K, V
+  std::int64_t stride[2] = {0, 0};           // row strides in bytes
+  int rows = 0, lines_per_row = 0;
+  int part = 2, row = 0, line = 0;           // cursor; part 2 = done
+
+  int total_lines() const { return 2 * rows * lines_per_row; }
+  // Lines per step for a phase of `steps` steps that carries 1 / `phases`.
+  int per_step(int steps, int phases) const { return (total_lines() + phases * steps - 1) / (phases * steps); }
+  int third_per_step(int steps) const { return per_step(steps, 3); }
+  template <int kLocality = 2>
+  void issue(int n) {
+    for (; n > 0 && part < 2; --n) {
+      __builtin_prefetch(base[part] + row * stride[part] + line * 64, 0, kLocality);
+      if (++line == lines_per_row) {
+        line = 0;
+        if (++row == rows) {
+          row = 0;
+          ++part;
+        }
+      }
+    }
+  }
+};
+
 // Keys [begin, end) of a K/V tile (relative to its first key) that one
 // vector of query rows may attend (tile_key_spans).
 struct KeySpan {
@@ -140,8 +174,11 @@ inline void gemm_column_block(const float* a, std::int64_t a_rs, std::int64_t a_
 // them, their probabilities being 0.
 template <bool kAccumulate, bool kKeysAreRows = !kAccumulate>
 inline void gemm(const float* a, std::int64_t a_rs, std::int64_t a_ks, int M, int K, const float* b, int ldb,
-                 int nvec, float* c, int ldc, const float* col_scale, const KeySpan* spans = nullptr) {
+                 int nvec, float* c, int ldc, const float* col_scale, const KeySpan* spans = nullptr,
+                 KvLineStream* next = nullptr) {
   constexpr int W = Vec::W, NV = Vec::kVecs;
+  // `next`: half of the next K/V tile's lines, a share after each column block.
+  const int share = next ? next->per_step(nvec / NV + nvec % NV, 2) : 0;
   for (int j = 0; j < nvec;) {
     const int nv = nvec - j >= NV ? NV : 1;
     int m0 = 0, m1 = M, k0 = 0, k1 = K;
@@ -168,6 +205,7 @@ inline void gemm(const float* a, std::int64_t a_rs, std::int64_t a_ks, int M, in
     } else {
       gemm_column_block<1, kAccumulate>(a_sub, a_rs, a_ks, m1 - m0, b_sub, ldb, c_sub, ldc, k1 - k0, scale);
     }
+    if (next) next->issue(share);
     j += nv;
   }
 }
@@ -268,43 +306,13 @@ inline void online_softmax_tile(const Workspace& w, int cols, int nvec, int tq, 
 }
 
 // One K/V tile as fp32 rows: read in place for fp32 inputs, widened into the
-// thread's buffers otherwise.  With FA_ENABLE_ASYNC the next tile's rows are
-// prefetched first, so their loads overlap this tile's work.
+// thread's buffers otherwise.  kPrefetch (FA_ENABLE_ASYNC on the row path):
+// the next tile's rows are prefetched first, all at once, so their loads
+// overlap this tile's work (the tile path streams them instead).
 struct KvTile {
   const float* k;
   const float* v;
   std::int64_t ldk, ldv;
-};
-
-// The next K/V tile's cache lines, fetched a few at a time from inside this
-// tile's three long phases (Q·Kᵀ, softmax, P·V each issue a third of them,
-// a share per block or row step) instead of all at the tile's start: two
-// thousand prefetches in a row wait on the core's fill buffers just as the
-// loads they replace would, while spread over the compute their latency hides
-// behind it.  Into L2 (a tile is larger than L1): K rows first, then V.
-// FA_ENABLE_ASYNC on the vector paths issues all of them at once, into L1.
-struct KvLineStream {
-  const char* base[2] = {nullptr, nullptr};  // K, V
-  std::int64_t stride[2] = {0, 0};           // row strides in bytes
-  int rows = 0, lines_per_row = 0;
-  int part = 2, row = 0, line = 0;           // cursor; part 2 = done
-
-  int total_lines() const { return 2 * rows * lines_per_row; }
-  // Lines per step for a phase of `steps` steps that carries a third.
-  int third_per_step(int steps) const { return (total_lines() + 3 * steps - 1) / (3 * steps); }
-  template <int kLocality = 2>
-  void issue(int n) {
-    for (; n > 0 && part < 2; --n) {
-      __builtin_prefetch(base[part] + row * stride[part] + line * 64, 0, kLocality);
-      if (++line == lines_per_row) {
-        line = 0;
-        if (++row == rows) {
-          row = 0;
-          ++part;
-        }
-      }
-    }
-  }
 };
 
 template <DType DT>
@@ -848,18 +856,21 @@ void run_tile(const Fa2Job& job, const Workspace& w, const TileItem& it) {
   for (std::int64_t j0 = it.kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
     const KeySpan* spans = tile_key_spans(job, it, j0, cols, span_buffer);
-    const KvTile kv = load_kv_tile<DT, kPrefetch>(job, w, kbase, vbase, j0, cols, kv_end);
+    // FA_ENABLE_ASYNC: the next tile's lines, streamed from inside the products.
+    KvLineStream next = kPrefetch ? next_kv_tile_lines<DT>(job, kbase, vbase, j0, kv_end) : KvLineStream{};
+    const KvTile kv = load_kv_tile<DT, false>(job, w, kbase, vbase, j0, cols, kv_end);
     laps.lap(kStageKv);
 
     // Sᵀ[c][r] = K[c] · Qᵀ[:, r], for the keys each row vector may attend
-    gemm<false>(kv.k, kv.ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr, spans);
+    gemm<false>(kv.k, kv.ldk, 1, cols, D, w.qt, tq, nvec, w.st, tq, nullptr, spans, kPrefetch ? &next : nullptr);
     laps.lap(kStageScores);
     softmax_raw_tile<DT>(job, w, it, j0, cols);
     laps.lap(kStageSoftmax);
 
     // Oᵀ[d][r] = Oᵀ[d][r] * alpha[r] + sum_c V[c][d] * Pᵀ[c][r] (the rescale is
     // fused into this product here)
-    gemm<true>(kv.v, 1, kv.ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha, spans);
+    gemm<true>(kv.v, 1, kv.ldv, D, cols, w.st, tq, nvec, w.ot, tq, w.alpha, spans, kPrefetch ? &next : nullptr);
+    next.issue(next.total_lines());  // what rounding left (none without FA_ENABLE_ASYNC)
     laps.lap(kStagePv);
   }
 
