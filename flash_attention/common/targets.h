@@ -87,8 +87,8 @@ inline constexpr TileRow kMatrixUnitTiles[] = {
 
 // Recommended tiles for bf16 on VDPBF16PS (avx512bf16), by the same sweep on
 // a 2-core Zen 4 (docs/PERF.md, 2026-12-02): 256 x 128 without a mask at
-// S = 4096 (256 x 256 lost 4%: its K/V tile no longer stays in L1 across a
-// block of query rows), 128 x 128 at S = 512 and under a causal mask.
+// S = 4096 (256 x 256 was 4% slower), 128 x 128 at S = 512 and under a
+// causal mask.
 inline constexpr TileRow kBf16DotTiles[] = {
     {512, 128, 128, 128, 128},
     {INT64_MAX, 256, 128, 128, 128},
