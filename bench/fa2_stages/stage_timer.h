@@ -160,7 +160,7 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
     add(kHalfSoftmax<DT> ? "softmax in fp16 (OFF build)" : "softmax (exp2, max, sum)", ns_per_call(sm, cfg.seconds), 0);
     reset_state();
     add("P*V (microkernel)", ns_per_call(pv, cfg.seconds), flops);
-    if (DT != DType::kF32) add("K/V conversion", ns_per_call(cv, cfg.seconds), 0);  // fp32 K/V are read in place
+    add(DT == DType::kF32 ? "K/V copy" : "K/V conversion", ns_per_call(cv, cfg.seconds), 0);
   }
   double t4 = 0;
   for (int i = 0; i < r.count; ++i) t4 += r.stages[i].ns;
