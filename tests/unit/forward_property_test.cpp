@@ -197,8 +197,9 @@ INSTANTIATE_TEST_SUITE_P(PairPaths, SharedKvPacking,
                          });
 
 // Windows whose edges cut through tiles, on shapes every path runs through
-// its tile path (head_dim 64, tiles of 32 keys or more): the pair path skips
-// the keys a block of query rows cannot attend (KeySpan), so narrow bands
+// its tile path (head_dim 64, tiles of 32 keys or more): the tile loops (the
+// pair path and the FMA loop) skip the keys a block of query rows cannot
+// attend (KeySpan), so narrow bands
 // (row blocks with no key in a tile), wide bands, both causal alignments
 // with seq_q != seq_kv (rows with no key at all), the band of mode 0 with an
 // explicit mask, and a GQA group with several threads.
@@ -249,7 +250,7 @@ TEST_P(WindowEdges, MatchesFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, WindowEdges,
-                         ::testing::Combine(kPaths, ::testing::Values(DType::kBF16, DType::kF16),
+                         ::testing::Combine(kPaths, kDtypes,
                                             ::testing::Range(0, static_cast<int>(std::size(kWindowCases)))),
                          [](const auto& info) {
                            return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
