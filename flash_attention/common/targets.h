@@ -64,10 +64,10 @@ inline constexpr TileRow kRecommendedTiles[] = {
 
 // Bytes of the per-thread working set of the FA2 tile loop (the SIMD paths):
 // Qᵀ and Oᵀ [head_dim][tile_q] fp32, Sᵀ/Pᵀ [tile_kv][tile_q] fp32, the K and
-// V tiles [tile_kv][head_dim] (fp32 buffers for 16-bit inputs, the caller's
-// rows read in place for fp32: the same bytes), and three row vectors.  On
-// the matrix unit (amx) P also lives as bf16 pairs: `matrix_p_bytes` per
-// element of the tile_kv x tile_q tile (2 for bf16, 4 for fp16's two pieces).
+// V tiles [tile_kv][head_dim] (fp32 buffers, for every dtype), and three row
+// vectors.  On the pair path (amx, avx512bf16) P also lives as bf16 pairs:
+// `matrix_p_bytes` per element of the tile_kv x tile_q tile (2 for bf16, 4
+// for fp16's two pieces).
 inline std::size_t fa2_working_set_bytes(int tile_q, int tile_kv, int head_dim, int matrix_p_bytes = 0) {
   const std::size_t tq = tile_q, tkv = tile_kv, d = head_dim;
   return 4 * (2 * d * tq + tkv * tq + 2 * tkv * d + 3 * tq) + std::size_t(matrix_p_bytes) * tkv * tq;
