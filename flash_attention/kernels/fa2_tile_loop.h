@@ -688,10 +688,17 @@ inline void write_tile_outputs(const Fa2Job& job, const Workspace& w, const Tile
   write_tile_lse(job, w, it);
 }
 
-// Masking: only tiles crossing a window edge (the causal diagonal, a band's
-// sides), or any tile under an explicit mask, pay for it.
+// Whether the keys [j0, j0 + cols) cross the window of some row in [i0, i0 +
+// rows): the causal diagonal, a band's sides.  Windows move forward with the
+// row, so the first row's end and the last row's begin decide.
+inline bool tile_crosses_window(const Fa2Job& job, std::int64_t i0, int rows, std::int64_t j0, int cols) {
+  return job.window.active && (j0 + cols > key_end(job, i0) || j0 < key_begin(job, i0 + rows - 1));
+}
+
+// Masking: only tiles crossing a window edge, or any tile under an explicit
+// mask, pay for it.
 inline void mask_tile(const Fa2Job& job, std::int64_t i0, int rows, std::int64_t j0, int cols, float* st, int tq) {
-  if (job.window.active && (j0 + cols > key_end(job, i0) || j0 < key_begin(job, i0 + rows - 1))) {
+  if (tile_crosses_window(job, i0, rows, j0, cols)) {
     // Key j may be attended by queries i in [j - offset - right, j - offset +
     // left] (the window of mask.h read the other way; exact for keys inside
     // the sequence), so each key's row of Sᵀ is masked in at most two
@@ -727,9 +734,7 @@ inline void mask_tile(const Fa2Job& job, std::int64_t i0, int rows, std::int64_t
 // remove more keys, which masking handles as before.
 inline const KeySpan* tile_key_spans(const Fa2Job& job, const TileItem& it, std::int64_t j0, int cols, KeySpan* spans) {
   constexpr int W = Vec::W;
-  if (!job.window.active || (j0 + cols <= key_end(job, it.i0) && j0 >= key_begin(job, it.i0 + it.rows - 1))) {
-    return nullptr;
-  }
+  if (!tile_crosses_window(job, it.i0, it.rows, j0, cols)) return nullptr;
   for (int j = 0; j < it.nvec; ++j) {
     const std::int64_t first = it.i0 + W * j, last = it.i0 + (W * j + W - 1 < it.rows ? W * j + W - 1 : it.rows - 1);
     std::int64_t begin = key_begin(job, first) - j0, end = key_end(job, last) - j0;
