@@ -2,17 +2,9 @@
 # the amx path and runs every fp16 correctness case (features, masks, edge
 # cases, the accuracy rule) through its fp16-arithmetic softmax.  Prints SKIP
 # on a CPU without the amx path.
-execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE} -B ${BUILD} -DCMAKE_BUILD_TYPE=Release
-                        -DFA_MIXED_PRECISION_SOFTMAX=OFF -DENABLE_TESTS=ON -DFA_TARGET=amx
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "configure failed:\n${out}\n${err}")
-endif()
-execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD} --target fa2_benchmark fa2_test -j 2 RESULT_VARIABLE rc
-                OUTPUT_QUIET ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "build failed:\n${err}")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/variant_build.cmake)
+fa_build_variant(OPTIONS -DFA_MIXED_PRECISION_SOFTMAX=OFF -DENABLE_TESTS=ON -DFA_TARGET=amx
+                 TARGETS fa2_benchmark fa2_test)
 execute_process(COMMAND ${BUILD}/tests/fa2_benchmark --dtype=fp16 --seq-q=300 --num-runs=1 --no-probe --check
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(rc EQUAL 2 AND err MATCHES "not supported by this CPU|refused by the operating system")

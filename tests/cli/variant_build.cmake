@@ -1,0 +1,19 @@
+# fa_build_variant(OPTIONS <cmake -D...> TARGETS <targets> [EXPECT <regex>]):
+# configures ${SOURCE} into ${BUILD} as a Release build with OPTIONS (the
+# configure output must match EXPECT when given) and builds TARGETS; a
+# failure stops the calling script with the output.  Shared by the CTest
+# scripts that check a build variant (FA_MIXED_PRECISION_SOFTMAX=OFF,
+# FA_ENABLE_ASYNC=ON).
+function(fa_build_variant)
+  cmake_parse_arguments(V "" "EXPECT" "OPTIONS;TARGETS" ${ARGN})
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE} -B ${BUILD} -DCMAKE_BUILD_TYPE=Release ${V_OPTIONS}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0 OR (V_EXPECT AND NOT out MATCHES "${V_EXPECT}"))
+    message(FATAL_ERROR "configure failed or did not print '${V_EXPECT}':\n${out}\n${err}")
+  endif()
+  execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD} --target ${V_TARGETS} -j 2 RESULT_VARIABLE rc
+                  OUTPUT_QUIET ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "build failed:\n${err}")
+  endif()
+endfunction()
