@@ -11,6 +11,8 @@ option(FA_SPLIT_ENABLE "Split the K/V sequence into chunks computed in parallel"
 set(FA_SPLIT_THRESHOLD "128" CACHE STRING "Smallest K/V chunk (keys) when FA_SPLIT_ENABLE=ON")
 option(FA_MIXED_PRECISION_SOFTMAX "Softmax and accumulation in fp32 for fp16/bf16 inputs" ON)
 set(FA_TARGET "auto" CACHE STRING "CPU kernel paths to build: auto (all, chosen at run time), generic, avx2, avx512, avx512bf16, amx")
+# Not a guide option: a testing aid for the amx path on machines without AMX.
+option(FA_AMX_EMULATION "Run the amx path's tile instructions as plain C++ (tests only: slow, never chosen automatically)" OFF)
 option(ENABLE_BENCHMARK "Build the <version>_benchmark programs" ON)
 option(ENABLE_TESTS "Build the <version>_test programs and the CTest suite" ON)
 
@@ -78,6 +80,14 @@ set(FA_ISA_FLAGS_avx512bf16 ${FA_ISA_FLAGS_avx512} -mavx512bf16)
 # tile unit, and AVX512-FP16 (the fp16 softmax of FA_MIXED_PRECISION_SOFTMAX=OFF);
 # every CPU with AMX has both.
 set(FA_ISA_FLAGS_amx ${FA_ISA_FLAGS_avx512} -mavx512bf16 -mavx512fp16 -mamx-tile -mamx-bf16)
+# FA_AMX_EMULATION=ON: the same path on any CPU with AVX512_BF16, its tile
+# instructions modelled in C++ (kernels/amx_tile_emulation.h), so the amx
+# engine's code is tested where no AMX machine is at hand.
+if(FA_AMX_EMULATION)
+  set(FA_ISA_FLAGS_amx ${FA_ISA_FLAGS_avx512} -mavx512bf16)
+  message(STATUS "FA_AMX_EMULATION=ON: the amx path's tile instructions run as plain C++ on any CPU with "
+                 "AVX512_BF16 (for tests: slow, chosen only by --isa=amx / FA_ISA=amx)")
+endif()
 
 if(FA_SPLIT_ENABLE)
   message(STATUS "FA Split-KV: ON (calls split the keys when threads would idle; chunks >= ${FA_SPLIT_THRESHOLD} keys)")

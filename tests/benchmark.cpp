@@ -674,7 +674,9 @@ int run(int argc, char** argv) {
     std::cout << line;
     std::snprintf(line, sizeof line, "Peak Memory: %.2f MB\n", peak_mb);
     std::cout << line;
-    if (o.probe) {
+    if (o.probe && peak_gflops <= 0) {  // a unit without a probe (the emulated tiles of FA_AMX_EMULATION=ON)
+      std::cout << "Utilization: n/a (no " << unit_name(isa, matrix) << " peak probe in this build)\n";
+    } else if (o.probe) {
       std::snprintf(line, sizeof line,
                     "Utilization: %.1f%% of %s peak (%.1f GFLOP/s on %d threads; probes before/after: %.1f/%.1f)\n",
                     utilization, unit_name(isa, matrix), peak_gflops, used_threads, peak_before, peak_after);

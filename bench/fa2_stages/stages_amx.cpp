@@ -1,7 +1,9 @@
 // Stage timer for the amx path (compiled with that path's flags).
 #define FA_KERNEL_NS isa_amx
 #define FA_HAVE_AMX 1
+#if !FA_AMX_EMULATION  // every AMX CPU has AVX512-FP16; the emulated build runs where neither is
 #define FA_HAVE_AVX512FP16 1
+#endif
 #include "../../flash_attention/kernels/vec_avx512.h"
 #include "../../flash_attention/kernels/fa2_tile_loop.h"
 #include "stage_timer.h"

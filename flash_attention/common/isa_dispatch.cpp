@@ -62,8 +62,12 @@ bool cpu_can_run(Isa isa) {
     case Isa::kAvx2: return f.has_avx2_path();
     case Isa::kAvx512: return f.has_avx512_path();
     case Isa::kAvx512Bf16: return f.has_avx512bf16_path();
+#if FA_AMX_EMULATION
+    case Isa::kAmx: return f.has_avx512bf16_path();  // tiles modelled in C++
+#else
     // Linux hands out the tile registers only on request (once per process).
     case Isa::kAmx: return f.has_amx_path() && detail::request_amx_permission();
+#endif
   }
   return false;
 }
@@ -75,14 +79,15 @@ const char* requirement(Isa isa) {
     case Isa::kAvx2: return "avx2+fma+f16c";
     case Isa::kAvx512: return "avx512f+avx512bw+avx512vl+avx512dq";
     case Isa::kAvx512Bf16: return "avx512f+avx512bw+avx512vl+avx512dq+avx512-bf16";
-    case Isa::kAmx: return "amx-tile+amx-bf16+avx512-bf16+avx512-fp16";
+    case Isa::kAmx: return FA_AMX_EMULATION ? "avx512f+avx512bw+avx512vl+avx512dq+avx512-bf16 (amx emulated)"
+                                            : "amx-tile+amx-bf16+avx512-bf16+avx512-fp16";
   }
   return "?";
 }
 
 // Why the CPU cannot run a path, in one line.
 std::string cannot_run(Isa isa) {
-  if (isa == Isa::kAmx && detail::cpu_features().has_amx_path()) {
+  if (isa == Isa::kAmx && !FA_AMX_EMULATION && detail::cpu_features().has_amx_path()) {
     return "the AMX tile registers were refused by the operating system (arch_prctl ARCH_REQ_XCOMP_PERM)";
   }
   return "instruction set " + std::string(requirement(isa)) + " not supported by this CPU (has: " +
@@ -157,10 +162,11 @@ Status select_isa(const std::optional<Isa>& forced, Isa* chosen) {
   }
   // avx512bf16 goes first only where its dot products outpace the FMA loop
   // (CpuFeatures::bf16_dot_outpaces_fma); elsewhere it is the last resort
-  // (a build of that path alone).
+  // (a build of that path alone), as emulated AMX tiles are.
   for (const bool by_speed : {true, false}) {
     for (auto it = std::rbegin(kAllIsas); it != std::rend(kAllIsas); ++it) {
       if (by_speed && *it == Isa::kAvx512Bf16 && !cpu_features().bf16_dot_outpaces_fma()) continue;
+      if (by_speed && *it == Isa::kAmx && FA_AMX_EMULATION) continue;
       if (isa_available(*it)) {
         *chosen = *it;
         return Status::Ok();

@@ -8,10 +8,16 @@
 
 #include <cstdint>
 
+// Tile registers: C 0-3 (fp32 16 x 16 accumulators), A 4-5, B 6-7, every one
+// 16 rows x 64 bytes, so one configuration serves both products.  The
+// engine below reaches them only through tile_zero / tile_load / tile_store
+// / tile_dot / tile_config / tile_release: the instructions here, or their
+// plain C++ model in a build with FA_AMX_EMULATION=ON.
+#if FA_AMX_EMULATION
+#include "amx_tile_emulation.h"
+#else
 namespace fa::FA_KERNEL_NS {
 
-// Tile registers: C 0-3 (fp32 16 x 16 accumulators), A 4-5, B 6-7, every one
-// 16 rows x 64 bytes, so one configuration serves both products.
 struct alignas(64) AmxConfig {
   std::uint8_t palette, start_row, reserved[14];
   std::uint16_t colsb[16];
@@ -22,7 +28,7 @@ struct alignas(64) AmxConfig {
 // _tile_loadconfig declares a read of only 8, so the compiler may drop the
 // stores of the rows and column widths as dead, leaving tiles unconfigured
 // (the next tile instruction then faults).
-inline void amx_load_config() {
+inline void tile_config() {
   AmxConfig cfg{};
   cfg.palette = 1;
   for (int t = 0; t < 8; ++t) {
@@ -31,15 +37,38 @@ inline void amx_load_config() {
   }
   __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
 }
+inline void tile_release() { _tile_release(); }
+
+template <int T>
+inline void tile_zero() {
+  _tile_zero(T);
+}
+template <int T>
+inline void tile_load(const void* base, std::int64_t stride) {
+  _tile_loadd(T, base, stride);
+}
+template <int T>
+inline void tile_store(void* base, std::int64_t stride) {
+  _tile_stored(T, base, stride);
+}
+template <int C, int A, int B>
+inline void tile_dot() {
+  _tile_dpbf16ps(C, A, B);
+}
+
+}  // namespace fa::FA_KERNEL_NS
+#endif
+
+namespace fa::FA_KERNEL_NS {
 
 // --- products ------------------------------------------------------------
 // C tiles 0-3 += A tiles 4-5 x B tiles 6-7: the 2 x 2 block that keeps four
 // accumulators live.
 inline void products_2x2() {
-  _tile_dpbf16ps(0, 4, 6);
-  _tile_dpbf16ps(1, 4, 7);
-  _tile_dpbf16ps(2, 5, 6);
-  _tile_dpbf16ps(3, 5, 7);
+  tile_dot<0, 4, 6>();
+  tile_dot<1, 4, 7>();
+  tile_dot<2, 5, 6>();
+  tile_dot<3, 5, 7>();
 }
 
 // The block's operands loaded and multiplied; with two pieces, hi·hi, hi·lo
@@ -47,19 +76,19 @@ inline void products_2x2() {
 template <int kP>
 inline void block_2x2(const void* a0, const void* a1, std::int64_t a_lo, std::int64_t a_stride, const void* b0,
                       const void* b1, std::int64_t b_lo, std::int64_t b_stride) {
-  _tile_loadd(4, a0, a_stride);
-  _tile_loadd(5, a1, a_stride);
-  _tile_loadd(6, b0, b_stride);
-  _tile_loadd(7, b1, b_stride);
+  tile_load<4>(a0, a_stride);
+  tile_load<5>(a1, a_stride);
+  tile_load<6>(b0, b_stride);
+  tile_load<7>(b1, b_stride);
   products_2x2();
   if constexpr (kP == 2) {
-    _tile_loadd(6, static_cast<const char*>(b0) + b_lo, b_stride);
-    _tile_loadd(7, static_cast<const char*>(b1) + b_lo, b_stride);
+    tile_load<6>(static_cast<const char*>(b0) + b_lo, b_stride);
+    tile_load<7>(static_cast<const char*>(b1) + b_lo, b_stride);
     products_2x2();  // hi x lo
-    _tile_loadd(4, static_cast<const char*>(a0) + a_lo, a_stride);
-    _tile_loadd(5, static_cast<const char*>(a1) + a_lo, a_stride);
-    _tile_loadd(6, b0, b_stride);
-    _tile_loadd(7, b1, b_stride);
+    tile_load<4>(static_cast<const char*>(a0) + a_lo, a_stride);
+    tile_load<5>(static_cast<const char*>(a1) + a_lo, a_stride);
+    tile_load<6>(b0, b_stride);
+    tile_load<7>(b1, b_stride);
     products_2x2();  // lo x hi
   }
 }
@@ -68,29 +97,43 @@ inline void block_2x2(const void* a0, const void* a1, std::int64_t a_lo, std::in
 template <int kP>
 inline void block_2x1(const void* a0, const void* a1, std::int64_t a_lo, std::int64_t a_stride, const void* b0,
                       std::int64_t b_lo, std::int64_t b_stride) {
-  _tile_loadd(4, a0, a_stride);
-  _tile_loadd(5, a1, a_stride);
-  _tile_loadd(6, b0, b_stride);
-  _tile_dpbf16ps(0, 4, 6);
-  _tile_dpbf16ps(2, 5, 6);
+  tile_load<4>(a0, a_stride);
+  tile_load<5>(a1, a_stride);
+  tile_load<6>(b0, b_stride);
+  tile_dot<0, 4, 6>();
+  tile_dot<2, 5, 6>();
   if constexpr (kP == 2) {
-    _tile_loadd(6, static_cast<const char*>(b0) + b_lo, b_stride);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_loadd(4, static_cast<const char*>(a0) + a_lo, a_stride);
-    _tile_loadd(5, static_cast<const char*>(a1) + a_lo, a_stride);
-    _tile_loadd(6, b0, b_stride);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(2, 5, 6);
+    tile_load<6>(static_cast<const char*>(b0) + b_lo, b_stride);
+    tile_dot<0, 4, 6>();
+    tile_dot<2, 5, 6>();
+    tile_load<4>(static_cast<const char*>(a0) + a_lo, a_stride);
+    tile_load<5>(static_cast<const char*>(a1) + a_lo, a_stride);
+    tile_load<6>(b0, b_stride);
+    tile_dot<0, 4, 6>();
+    tile_dot<2, 5, 6>();
   }
 }
 
+// The keys [begin, end) that query rows [r0, r0 + rows) may attend, from
+// their vectors' spans (windows only move forward); every key when `spans`
+// is null.
+inline KeySpan rows_key_span(const KeySpan* spans, int r0, int rows, int cols_pad) {
+  if (!spans) return {0, cols_pad};
+  return {spans[r0 / 16].begin, spans[(r0 + rows) / 16 - 1].end};
+}
+
+// Whether a span takes any of the keys [c0, c0 + 32).
+inline bool touches(const KeySpan& keys, int c0) { return keys.begin < keys.end && c0 < keys.end && c0 + 32 > keys.begin; }
+
 // Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols_pad, r < width; K in A-tile
 // order (lo piece k_lo elements on), Qᵀ in B-tile order (q_lo on).
+// `spans` (may be null): a block of 32 keys x 32 (or 16) query rows that no
+// row's span touches is not multiplied (its scores are left for masking).
 // `next` (may be null): the next K/V tile's lines, a share per block.
 template <int kP>
 inline void amx_scores(const std::uint16_t* kp, std::int64_t k_lo, const std::uint32_t* qb, std::int64_t q_lo, int tq,
-                       int D, int cols_pad, int width, float* st, KvLineStream* next = nullptr) {
+                       int D, int cols_pad, int width, float* st, const KeySpan* spans = nullptr,
+                       KvLineStream* next = nullptr) {
   const std::int64_t sts = std::int64_t(tq) * 4, a_lo = k_lo * 2, b_lo = q_lo * 4;
   const int share = next ? next->third_per_step((cols_pad / 32) * ((width + 31) / 32)) : 0;
   for (int c0 = 0; c0 < cols_pad; c0 += 32) {
@@ -100,43 +143,56 @@ inline void amx_scores(const std::uint16_t* kp, std::int64_t k_lo, const std::ui
     float* s1 = s0 + 16 * std::int64_t(tq);
     int r0 = 0;
     for (; r0 + 32 <= width; r0 += 32) {
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (int d0 = 0; d0 < D; d0 += 32) {
-        block_2x2<kP>(k0 + (d0 / 32) * 512, k1 + (d0 / 32) * 512, a_lo, 64,
-                      qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16,
-                      qb + (std::int64_t(r0 / 16 + 1) * (D / 2) + d0 / 2) * 16, b_lo, 64);
+      if (touches(rows_key_span(spans, r0, 32, cols_pad), c0)) {
+        tile_zero<0>();
+        tile_zero<1>();
+        tile_zero<2>();
+        tile_zero<3>();
+        for (int d0 = 0; d0 < D; d0 += 32) {
+          block_2x2<kP>(k0 + (d0 / 32) * 512, k1 + (d0 / 32) * 512, a_lo, 64,
+                        qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16,
+                        qb + (std::int64_t(r0 / 16 + 1) * (D / 2) + d0 / 2) * 16, b_lo, 64);
+        }
+        tile_store<0>(s0 + r0, sts);
+        tile_store<1>(s0 + r0 + 16, sts);
+        tile_store<2>(s1 + r0, sts);
+        tile_store<3>(s1 + r0 + 16, sts);
       }
-      _tile_stored(0, s0 + r0, sts);
-      _tile_stored(1, s0 + r0 + 16, sts);
-      _tile_stored(2, s1 + r0, sts);
-      _tile_stored(3, s1 + r0 + 16, sts);
       if (next) next->issue(share);
     }
     if (r0 < width) {  // a last block of 16 rows
-      _tile_zero(0);
-      _tile_zero(2);
-      for (int d0 = 0; d0 < D; d0 += 32) {
-        block_2x1<kP>(k0 + (d0 / 32) * 512, k1 + (d0 / 32) * 512, a_lo, 64,
-                      qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16, b_lo, 64);
+      if (touches(rows_key_span(spans, r0, 16, cols_pad), c0)) {
+        tile_zero<0>();
+        tile_zero<2>();
+        for (int d0 = 0; d0 < D; d0 += 32) {
+          block_2x1<kP>(k0 + (d0 / 32) * 512, k1 + (d0 / 32) * 512, a_lo, 64,
+                        qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16, b_lo, 64);
+        }
+        tile_store<0>(s0 + r0, sts);
+        tile_store<2>(s1 + r0, sts);
       }
-      _tile_stored(0, s0 + r0, sts);
-      _tile_stored(2, s1 + r0, sts);
       if (next) next->issue(share);
     }
   }
 }
 
+// The 32-key blocks [begin, end) of a reduction over keys that a span
+// touches: the probabilities outside are 0.
+inline KeySpan key_blocks(const KeySpan& keys, int cols_pad) {
+  if (keys.end <= keys.begin) return {0, 0};
+  const int end = (keys.end + 31) / 32 * 32;
+  return {keys.begin / 32 * 32, end < cols_pad ? end : cols_pad};
+}
+
 // Oᵀ[d][r] += sum_c Vᵀ[d][c] Pᵀ[c][r] for d < D, r < width, c < cols_pad
 // (Oᵀ = the sum, without reading it, when `fresh`: the item's first tile);
 // Vᵀ in A-tile order (ldvt = tile_kv / 2; lo piece v_lo on), P in B-tile
-// order (p_lo on).
+// order (p_lo on).  `spans` (may be null): each block of query rows sums only
+// the 32-key blocks its rows' spans touch.
 template <int kP>
 inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo, const std::uint32_t* pb, int ldp,
                            std::int64_t p_lo, int tq, int D, int cols_pad, int width, float* ot, bool fresh,
-                           KvLineStream* next = nullptr) {
+                           const KeySpan* spans = nullptr, KvLineStream* next = nullptr) {
   const int share = next ? next->third_per_step((D / 32) * ((width + 31) / 32)) : 0;
   const std::int64_t ots = std::int64_t(tq) * 4, a_lo = v_lo * 4, b_lo = p_lo * 4;
   for (int d0 = 0; d0 < D; d0 += 32) {
@@ -146,40 +202,42 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo,
     const std::uint32_t* v1 = v0 + std::int64_t(ldvt / 16) * 256;               // and of the next 16
     int r0 = 0;
     for (; r0 + 32 <= width; r0 += 32) {
+      const KeySpan blocks = key_blocks(rows_key_span(spans, r0, 32, cols_pad), cols_pad);
       if (fresh) {
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
+        tile_zero<0>();
+        tile_zero<1>();
+        tile_zero<2>();
+        tile_zero<3>();
       } else {
-        _tile_loadd(0, o0 + r0, ots);
-        _tile_loadd(1, o0 + r0 + 16, ots);
-        _tile_loadd(2, o1 + r0, ots);
-        _tile_loadd(3, o1 + r0 + 16, ots);
+        tile_load<0>(o0 + r0, ots);
+        tile_load<1>(o0 + r0 + 16, ots);
+        tile_load<2>(o1 + r0, ots);
+        tile_load<3>(o1 + r0 + 16, ots);
       }
-      for (int c0 = 0; c0 < cols_pad; c0 += 32) {
+      for (int c0 = blocks.begin; c0 < blocks.end; c0 += 32) {
         block_2x2<kP>(v0 + (c0 / 32) * 256, v1 + (c0 / 32) * 256, a_lo, 64, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16,
                       pb + (std::int64_t(r0 / 16 + 1) * ldp + c0 / 2) * 16, b_lo, 64);
       }
-      _tile_stored(0, o0 + r0, ots);
-      _tile_stored(1, o0 + r0 + 16, ots);
-      _tile_stored(2, o1 + r0, ots);
-      _tile_stored(3, o1 + r0 + 16, ots);
+      tile_store<0>(o0 + r0, ots);
+      tile_store<1>(o0 + r0 + 16, ots);
+      tile_store<2>(o1 + r0, ots);
+      tile_store<3>(o1 + r0 + 16, ots);
       if (next) next->issue(share);
     }
     if (r0 < width) {
+      const KeySpan blocks = key_blocks(rows_key_span(spans, r0, 16, cols_pad), cols_pad);
       if (fresh) {
-        _tile_zero(0);
-        _tile_zero(2);
+        tile_zero<0>();
+        tile_zero<2>();
       } else {
-        _tile_loadd(0, o0 + r0, ots);
-        _tile_loadd(2, o1 + r0, ots);
+        tile_load<0>(o0 + r0, ots);
+        tile_load<2>(o1 + r0, ots);
       }
-      for (int c0 = 0; c0 < cols_pad; c0 += 32) {
+      for (int c0 = blocks.begin; c0 < blocks.end; c0 += 32) {
         block_2x1<kP>(v0 + (c0 / 32) * 256, v1 + (c0 / 32) * 256, a_lo, 64, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16, b_lo, 64);
       }
-      _tile_stored(0, o0 + r0, ots);
-      _tile_stored(2, o1 + r0, ots);
+      tile_store<0>(o0 + r0, ots);
+      tile_store<2>(o1 + r0, ots);
     }
   }
 }
@@ -189,18 +247,18 @@ struct AmxProducts {
   static constexpr const char* kUnit = "AMX";  // for fa2_stages
   template <DType DT>
   static constexpr bool kHandles = DT != DType::kF32;
-  static void begin() { amx_load_config(); }
-  static void end() { _tile_release(); }
+  static void begin() { tile_config(); }
+  static void end() { tile_release(); }
   template <int kP>
   static void scores(const std::uint16_t* kp, std::int64_t k_lo, const std::uint32_t* qb, std::int64_t q_lo, int tq,
-                     int D, int cols_pad, int width, float* st, const KeySpan*, KvLineStream* next) {
-    amx_scores<kP>(kp, k_lo, qb, q_lo, tq, D, cols_pad, width, st, next);  // every key (spans not used yet)
+                     int D, int cols_pad, int width, float* st, const KeySpan* spans, KvLineStream* next) {
+    amx_scores<kP>(kp, k_lo, qb, q_lo, tq, D, cols_pad, width, st, spans, next);
   }
   template <int kP>
   static void accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo, const std::uint32_t* pb, int ldp,
                          std::int64_t p_lo, int tq, int D, int cols_pad, int width, float* ot, bool fresh,
-                         const KeySpan*, KvLineStream* next) {
-    amx_accumulate<kP>(vt, ldvt, v_lo, pb, ldp, p_lo, tq, D, cols_pad, width, ot, fresh, next);
+                         const KeySpan* spans, KvLineStream* next) {
+    amx_accumulate<kP>(vt, ldvt, v_lo, pb, ldp, p_lo, tq, D, cols_pad, width, ot, fresh, spans, next);
   }
 };
 
@@ -209,17 +267,17 @@ struct AmxProducts {
 [[gnu::noinline]] inline double amx_peak_one_thread(double seconds) {
   alignas(64) std::uint16_t ones[16 * 32];
   for (std::uint16_t& x : ones) x = 0x3f80;  // bf16 1.0
-  amx_load_config();
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  _tile_loadd(4, ones, 64);
-  _tile_loadd(5, ones, 64);
-  _tile_loadd(6, ones, 64);
-  _tile_loadd(7, ones, 64);
+  tile_config();
+  tile_zero<0>();
+  tile_zero<1>();
+  tile_zero<2>();
+  tile_zero<3>();
+  tile_load<4>(ones, 64);
+  tile_load<5>(ones, 64);
+  tile_load<6>(ones, 64);
+  tile_load<7>(ones, 64);
   const double rate = calls_per_second(seconds, 1024, products_2x2);
-  _tile_release();
+  tile_release();
   return 4.0 * 2.0 * 16 * 16 * 32 * rate / 1e9;
 }
 

@@ -68,9 +68,9 @@ inline constexpr int kDotRows = 8, kDotVecs = 3;
 // issued `share` per column block.
 // `spans` (may be null) limits each column block to the keys its rows may
 // attend: with kKeysAreRows (Q·Kᵀ: A rows are keys) the other A rows are not
-// multiplied and their C rows are set to -inf; else (P·V: the reduction
-// runs over keys) the reduction skips the 32-key blocks outside, whose
-// probabilities are 0.
+// multiplied and their C rows are left for masking to set to -inf; else
+// (P·V: the reduction runs over keys) the reduction skips the 32-key blocks
+// outside, whose probabilities are 0.
 template <bool kLoad, bool kKeysAreRows>
 inline void dot_product(const std::uint32_t* a, std::int64_t a_block, int M, const std::uint32_t* b,
                         std::int64_t b_vstride, int pairs, int width, float* c, int ldc, const KeySpan* spans,
@@ -84,11 +84,6 @@ inline void dot_product(const std::uint32_t* a, std::int64_t a_block, int M, con
       if constexpr (kKeysAreRows) {
         m_begin = begin / kDotRows * kDotRows;
         m_end = end > begin ? (end + kDotRows - 1) / kDotRows * kDotRows : m_begin;
-        const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-        for (int m = 0; m < M; ++m) {
-          if (m >= m_begin && m < m_end) continue;
-          for (int v = 0; v < nv; ++v) _mm512_storeu_ps(c + std::int64_t(m) * ldc + (v0 + v) * 16, neg_inf);
-        }
       } else {
         p_begin = begin / 32 * 16;
         p_end = end > begin ? (end + 31) / 32 * 16 : p_begin;

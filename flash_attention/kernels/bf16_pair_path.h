@@ -35,7 +35,9 @@
 //   product issues a third (KvLineStream).  `spans` (may be null: every
 //   key may attend): per vector of 16 query rows, the keys of the tile its
 //   rows' window lets in (tile_key_spans, fa2_tile_loop.h); an engine may
-//   skip the others (their scores -inf, their probabilities 0).
+//   skip the others: scores may leave them unwritten (mask_tile sets every
+//   score outside the window to -inf on each tile that has spans), and
+//   accumulate may drop them from the sum (their probabilities are 0).
 #pragma once
 
 #include <immintrin.h>

@@ -169,9 +169,10 @@ inline void gemm_column_block(const float* a, std::int64_t a_rs, std::int64_t a_
 // C[M][nvec * W] (+)= A[M][K] · B[K][nvec * W], blocked over columns.
 // `spans` (may be null) limits each column block to the keys its rows may
 // attend (the union over its vectors: windows only move forward): with
-// kKeysAreRows (Q·Kᵀ, A rows are keys) the other rows are not computed and
-// set to -inf; else (P·V, the reduction runs over keys) the reduction skips
-// them, their probabilities being 0.
+// kKeysAreRows (Q·Kᵀ, A rows are keys) the other rows are not computed (left
+// for mask_tile, which runs on every tile with spans, to set to -inf); else
+// (P·V, the reduction runs over keys) the reduction skips them, their
+// probabilities being 0.
 template <bool kAccumulate, bool kKeysAreRows = !kAccumulate>
 inline void gemm(const float* a, std::int64_t a_rs, std::int64_t a_ks, int M, int K, const float* b, int ldb,
                  int nvec, float* c, int ldc, const float* col_scale, const KeySpan* spans = nullptr,
@@ -187,10 +188,6 @@ inline void gemm(const float* a, std::int64_t a_rs, std::int64_t a_ks, int M, in
       if constexpr (kKeysAreRows) {
         m0 = begin;
         m1 = end;
-        for (int m = 0; m < M; ++m) {
-          if (m >= m0 && m < m1) continue;
-          for (int v = 0; v < nv; ++v) Vec::store(c + std::int64_t(m) * ldc + (j + v) * W, Vec::set1(kNegInf));
-        }
       } else {
         k0 = begin;
         k1 = end;

@@ -1,0 +1,78 @@
+// The eight AMX tile registers and the four tile instructions the amx engine
+// uses, in plain C++: a build with FA_AMX_EMULATION=ON runs the amx path's
+// engine (its blocking, strides, pieces and key spans) on a CPU without AMX,
+// so the tests check that code where no AMX machine is at hand.  Slow (a
+// TDPBF16PS is 8192 scalar multiply-adds here), so never a speed figure.
+// Included by amx_tile_path.h in place of the real instructions.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace fa::FA_KERNEL_NS {
+
+// Every tile as amx_load_config sets it: 16 rows of 64 bytes.  Per thread,
+// as the real registers are; trivially destructible and zero-initialized,
+// so no thread-exit code is needed.
+struct alignas(64) EmulatedTiles {
+  unsigned char row[8][16][64];
+};
+inline EmulatedTiles& emulated_tiles() {
+  static thread_local EmulatedTiles tiles;
+  return tiles;
+}
+
+// bf16 to fp32 as TDPBF16PS reads it: denormals are zero.
+inline float emulated_bf16(std::uint16_t h) {
+  const std::uint32_t bits = (h & 0x7f80u) ? std::uint32_t(h) << 16 : std::uint32_t(h & 0x8000u) << 16;
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+template <int T>
+inline void tile_zero() {
+  std::memset(emulated_tiles().row[T], 0, sizeof emulated_tiles().row[T]);
+}
+
+template <int T>
+inline void tile_load(const void* base, std::int64_t stride) {
+  for (int r = 0; r < 16; ++r) std::memcpy(emulated_tiles().row[T][r], static_cast<const char*>(base) + r * stride, 64);
+}
+
+template <int T>
+inline void tile_store(void* base, std::int64_t stride) {
+  for (int r = 0; r < 16; ++r) std::memcpy(static_cast<char*>(base) + r * stride, emulated_tiles().row[T][r], 64);
+}
+
+// C (16 x 16 fp32) += A (16 rows x 16 bf16 pairs) · B (16 pair rows x 16
+// columns of pairs), each pair's two products added in turn, as the
+// instruction's definition orders them; denormal results flushed to zero.
+template <int C, int A, int B>
+inline void tile_dot() {
+  EmulatedTiles& t = emulated_tiles();
+  for (int m = 0; m < 16; ++m) {
+    float acc[16];
+    std::memcpy(acc, t.row[C][m], sizeof acc);
+    std::uint16_t a[32];
+    std::memcpy(a, t.row[A][m], sizeof a);
+    for (int k = 0; k < 16; ++k) {
+      std::uint16_t b[32];
+      std::memcpy(b, t.row[B][k], sizeof b);
+      const float a0 = emulated_bf16(a[2 * k]), a1 = emulated_bf16(a[2 * k + 1]);
+      for (int n = 0; n < 16; ++n) {
+        acc[n] += a0 * emulated_bf16(b[2 * n]);
+        acc[n] += a1 * emulated_bf16(b[2 * n + 1]);
+      }
+    }
+    for (float& x : acc) {
+      if (x != 0.0f && x > -1.17549435e-38f && x < 1.17549435e-38f) x = x < 0.0f ? -0.0f : 0.0f;
+    }
+    std::memcpy(t.row[C][m], acc, sizeof acc);
+  }
+}
+
+inline void tile_config() {}   // every tile is 16 x 64 bytes already
+inline void tile_release() {}
+
+}  // namespace fa::FA_KERNEL_NS
