@@ -3,7 +3,8 @@
 // engine (its blocking, strides, pieces and key spans) on a CPU without AMX,
 // so the tests check that code where no AMX machine is at hand.  Slow (a
 // TDPBF16PS is 8192 scalar multiply-adds here), so never a speed figure.
-// Included by amx_tile_path.h in place of the real instructions.
+// Included by amx_tile_path.h in place of the real instructions (the
+// FA_TILE_* macros it uses, defined at the end).
 #pragma once
 
 #include <cstdint>
@@ -31,17 +32,17 @@ inline float emulated_bf16(std::uint16_t h) {
 }
 
 template <int T>
-inline void tile_zero() {
+inline void emulated_tile_zero() {
   std::memset(emulated_tiles().row[T], 0, sizeof emulated_tiles().row[T]);
 }
 
 template <int T>
-inline void tile_load(const void* base, std::int64_t stride) {
+inline void emulated_tile_load(const void* base, std::int64_t stride) {
   for (int r = 0; r < 16; ++r) std::memcpy(emulated_tiles().row[T][r], static_cast<const char*>(base) + r * stride, 64);
 }
 
 template <int T>
-inline void tile_store(void* base, std::int64_t stride) {
+inline void emulated_tile_store(void* base, std::int64_t stride) {
   for (int r = 0; r < 16; ++r) std::memcpy(static_cast<char*>(base) + r * stride, emulated_tiles().row[T][r], 64);
 }
 
@@ -49,7 +50,7 @@ inline void tile_store(void* base, std::int64_t stride) {
 // columns of pairs), each pair's two products added in turn, as the
 // instruction's definition orders them; denormal results flushed to zero.
 template <int C, int A, int B>
-inline void tile_dot() {
+inline void emulated_tile_dot() {
   EmulatedTiles& t = emulated_tiles();
   for (int m = 0; m < 16; ++m) {
     float acc[16];
@@ -76,3 +77,8 @@ inline void tile_config() {}   // every tile is 16 x 64 bytes already
 inline void tile_release() {}
 
 }  // namespace fa::FA_KERNEL_NS
+
+#define FA_TILE_ZERO(t) emulated_tile_zero<t>()
+#define FA_TILE_LOAD(t, base, stride) emulated_tile_load<t>(base, stride)
+#define FA_TILE_STORE(t, base, stride) emulated_tile_store<t>(base, stride)
+#define FA_TILE_DOT(c, a, b) emulated_tile_dot<c, a, b>()

@@ -10,12 +10,19 @@
 
 // Tile registers: C 0-3 (fp32 16 x 16 accumulators), A 4-5, B 6-7, every one
 // 16 rows x 64 bytes, so one configuration serves both products.  The
-// engine below reaches them only through tile_zero / tile_load / tile_store
-// / tile_dot / tile_config / tile_release: the instructions here, or their
-// plain C++ model in a build with FA_AMX_EMULATION=ON.
+// engine below reaches them only through FA_TILE_ZERO / FA_TILE_LOAD /
+// FA_TILE_STORE / FA_TILE_DOT and tile_config / tile_release: the
+// instructions here, or their plain C++ model in a build with
+// FA_AMX_EMULATION=ON.  Macros, because GCC's intrinsics paste the tile
+// number into the instruction's text: it must be a literal.
 #if FA_AMX_EMULATION
 #include "amx_tile_emulation.h"
 #else
+#define FA_TILE_ZERO(t) _tile_zero(t)
+#define FA_TILE_LOAD(t, base, stride) _tile_loadd(t, base, stride)
+#define FA_TILE_STORE(t, base, stride) _tile_stored(t, base, stride)
+#define FA_TILE_DOT(c, a, b) _tile_dpbf16ps(c, a, b)
+
 namespace fa::FA_KERNEL_NS {
 
 struct alignas(64) AmxConfig {
@@ -39,23 +46,6 @@ inline void tile_config() {
 }
 inline void tile_release() { _tile_release(); }
 
-template <int T>
-inline void tile_zero() {
-  _tile_zero(T);
-}
-template <int T>
-inline void tile_load(const void* base, std::int64_t stride) {
-  _tile_loadd(T, base, stride);
-}
-template <int T>
-inline void tile_store(void* base, std::int64_t stride) {
-  _tile_stored(T, base, stride);
-}
-template <int C, int A, int B>
-inline void tile_dot() {
-  _tile_dpbf16ps(C, A, B);
-}
-
 }  // namespace fa::FA_KERNEL_NS
 #endif
 
@@ -65,10 +55,10 @@ namespace fa::FA_KERNEL_NS {
 // C tiles 0-3 += A tiles 4-5 x B tiles 6-7: the 2 x 2 block that keeps four
 // accumulators live.
 inline void products_2x2() {
-  tile_dot<0, 4, 6>();
-  tile_dot<1, 4, 7>();
-  tile_dot<2, 5, 6>();
-  tile_dot<3, 5, 7>();
+  FA_TILE_DOT(0, 4, 6);
+  FA_TILE_DOT(1, 4, 7);
+  FA_TILE_DOT(2, 5, 6);
+  FA_TILE_DOT(3, 5, 7);
 }
 
 // The block's operands loaded and multiplied; with two pieces, hi·hi, hi·lo
@@ -76,19 +66,19 @@ inline void products_2x2() {
 template <int kP>
 inline void block_2x2(const void* a0, const void* a1, std::int64_t a_lo, std::int64_t a_stride, const void* b0,
                       const void* b1, std::int64_t b_lo, std::int64_t b_stride) {
-  tile_load<4>(a0, a_stride);
-  tile_load<5>(a1, a_stride);
-  tile_load<6>(b0, b_stride);
-  tile_load<7>(b1, b_stride);
+  FA_TILE_LOAD(4, a0, a_stride);
+  FA_TILE_LOAD(5, a1, a_stride);
+  FA_TILE_LOAD(6, b0, b_stride);
+  FA_TILE_LOAD(7, b1, b_stride);
   products_2x2();
   if constexpr (kP == 2) {
-    tile_load<6>(static_cast<const char*>(b0) + b_lo, b_stride);
-    tile_load<7>(static_cast<const char*>(b1) + b_lo, b_stride);
+    FA_TILE_LOAD(6, static_cast<const char*>(b0) + b_lo, b_stride);
+    FA_TILE_LOAD(7, static_cast<const char*>(b1) + b_lo, b_stride);
     products_2x2();  // hi x lo
-    tile_load<4>(static_cast<const char*>(a0) + a_lo, a_stride);
-    tile_load<5>(static_cast<const char*>(a1) + a_lo, a_stride);
-    tile_load<6>(b0, b_stride);
-    tile_load<7>(b1, b_stride);
+    FA_TILE_LOAD(4, static_cast<const char*>(a0) + a_lo, a_stride);
+    FA_TILE_LOAD(5, static_cast<const char*>(a1) + a_lo, a_stride);
+    FA_TILE_LOAD(6, b0, b_stride);
+    FA_TILE_LOAD(7, b1, b_stride);
     products_2x2();  // lo x hi
   }
 }
@@ -97,20 +87,20 @@ inline void block_2x2(const void* a0, const void* a1, std::int64_t a_lo, std::in
 template <int kP>
 inline void block_2x1(const void* a0, const void* a1, std::int64_t a_lo, std::int64_t a_stride, const void* b0,
                       std::int64_t b_lo, std::int64_t b_stride) {
-  tile_load<4>(a0, a_stride);
-  tile_load<5>(a1, a_stride);
-  tile_load<6>(b0, b_stride);
-  tile_dot<0, 4, 6>();
-  tile_dot<2, 5, 6>();
+  FA_TILE_LOAD(4, a0, a_stride);
+  FA_TILE_LOAD(5, a1, a_stride);
+  FA_TILE_LOAD(6, b0, b_stride);
+  FA_TILE_DOT(0, 4, 6);
+  FA_TILE_DOT(2, 5, 6);
   if constexpr (kP == 2) {
-    tile_load<6>(static_cast<const char*>(b0) + b_lo, b_stride);
-    tile_dot<0, 4, 6>();
-    tile_dot<2, 5, 6>();
-    tile_load<4>(static_cast<const char*>(a0) + a_lo, a_stride);
-    tile_load<5>(static_cast<const char*>(a1) + a_lo, a_stride);
-    tile_load<6>(b0, b_stride);
-    tile_dot<0, 4, 6>();
-    tile_dot<2, 5, 6>();
+    FA_TILE_LOAD(6, static_cast<const char*>(b0) + b_lo, b_stride);
+    FA_TILE_DOT(0, 4, 6);
+    FA_TILE_DOT(2, 5, 6);
+    FA_TILE_LOAD(4, static_cast<const char*>(a0) + a_lo, a_stride);
+    FA_TILE_LOAD(5, static_cast<const char*>(a1) + a_lo, a_stride);
+    FA_TILE_LOAD(6, b0, b_stride);
+    FA_TILE_DOT(0, 4, 6);
+    FA_TILE_DOT(2, 5, 6);
   }
 }
 
@@ -144,32 +134,32 @@ inline void amx_scores(const std::uint16_t* kp, std::int64_t k_lo, const std::ui
     int r0 = 0;
     for (; r0 + 32 <= width; r0 += 32) {
       if (touches(rows_key_span(spans, r0, 32, cols_pad), c0)) {
-        tile_zero<0>();
-        tile_zero<1>();
-        tile_zero<2>();
-        tile_zero<3>();
+        FA_TILE_ZERO(0);
+        FA_TILE_ZERO(1);
+        FA_TILE_ZERO(2);
+        FA_TILE_ZERO(3);
         for (int d0 = 0; d0 < D; d0 += 32) {
           block_2x2<kP>(k0 + (d0 / 32) * 512, k1 + (d0 / 32) * 512, a_lo, 64,
                         qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16,
                         qb + (std::int64_t(r0 / 16 + 1) * (D / 2) + d0 / 2) * 16, b_lo, 64);
         }
-        tile_store<0>(s0 + r0, sts);
-        tile_store<1>(s0 + r0 + 16, sts);
-        tile_store<2>(s1 + r0, sts);
-        tile_store<3>(s1 + r0 + 16, sts);
+        FA_TILE_STORE(0, s0 + r0, sts);
+        FA_TILE_STORE(1, s0 + r0 + 16, sts);
+        FA_TILE_STORE(2, s1 + r0, sts);
+        FA_TILE_STORE(3, s1 + r0 + 16, sts);
       }
       if (next) next->issue(share);
     }
     if (r0 < width) {  // a last block of 16 rows
       if (touches(rows_key_span(spans, r0, 16, cols_pad), c0)) {
-        tile_zero<0>();
-        tile_zero<2>();
+        FA_TILE_ZERO(0);
+        FA_TILE_ZERO(2);
         for (int d0 = 0; d0 < D; d0 += 32) {
           block_2x1<kP>(k0 + (d0 / 32) * 512, k1 + (d0 / 32) * 512, a_lo, 64,
                         qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16, b_lo, 64);
         }
-        tile_store<0>(s0 + r0, sts);
-        tile_store<2>(s1 + r0, sts);
+        FA_TILE_STORE(0, s0 + r0, sts);
+        FA_TILE_STORE(2, s1 + r0, sts);
       }
       if (next) next->issue(share);
     }
@@ -204,40 +194,40 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo,
     for (; r0 + 32 <= width; r0 += 32) {
       const KeySpan blocks = key_blocks(rows_key_span(spans, r0, 32, cols_pad), cols_pad);
       if (fresh) {
-        tile_zero<0>();
-        tile_zero<1>();
-        tile_zero<2>();
-        tile_zero<3>();
+        FA_TILE_ZERO(0);
+        FA_TILE_ZERO(1);
+        FA_TILE_ZERO(2);
+        FA_TILE_ZERO(3);
       } else {
-        tile_load<0>(o0 + r0, ots);
-        tile_load<1>(o0 + r0 + 16, ots);
-        tile_load<2>(o1 + r0, ots);
-        tile_load<3>(o1 + r0 + 16, ots);
+        FA_TILE_LOAD(0, o0 + r0, ots);
+        FA_TILE_LOAD(1, o0 + r0 + 16, ots);
+        FA_TILE_LOAD(2, o1 + r0, ots);
+        FA_TILE_LOAD(3, o1 + r0 + 16, ots);
       }
       for (int c0 = blocks.begin; c0 < blocks.end; c0 += 32) {
         block_2x2<kP>(v0 + (c0 / 32) * 256, v1 + (c0 / 32) * 256, a_lo, 64, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16,
                       pb + (std::int64_t(r0 / 16 + 1) * ldp + c0 / 2) * 16, b_lo, 64);
       }
-      tile_store<0>(o0 + r0, ots);
-      tile_store<1>(o0 + r0 + 16, ots);
-      tile_store<2>(o1 + r0, ots);
-      tile_store<3>(o1 + r0 + 16, ots);
+      FA_TILE_STORE(0, o0 + r0, ots);
+      FA_TILE_STORE(1, o0 + r0 + 16, ots);
+      FA_TILE_STORE(2, o1 + r0, ots);
+      FA_TILE_STORE(3, o1 + r0 + 16, ots);
       if (next) next->issue(share);
     }
     if (r0 < width) {
       const KeySpan blocks = key_blocks(rows_key_span(spans, r0, 16, cols_pad), cols_pad);
       if (fresh) {
-        tile_zero<0>();
-        tile_zero<2>();
+        FA_TILE_ZERO(0);
+        FA_TILE_ZERO(2);
       } else {
-        tile_load<0>(o0 + r0, ots);
-        tile_load<2>(o1 + r0, ots);
+        FA_TILE_LOAD(0, o0 + r0, ots);
+        FA_TILE_LOAD(2, o1 + r0, ots);
       }
       for (int c0 = blocks.begin; c0 < blocks.end; c0 += 32) {
         block_2x1<kP>(v0 + (c0 / 32) * 256, v1 + (c0 / 32) * 256, a_lo, 64, pb + (std::int64_t(r0 / 16) * ldp + c0 / 2) * 16, b_lo, 64);
       }
-      tile_store<0>(o0 + r0, ots);
-      tile_store<2>(o1 + r0, ots);
+      FA_TILE_STORE(0, o0 + r0, ots);
+      FA_TILE_STORE(2, o1 + r0, ots);
     }
   }
 }
@@ -268,14 +258,14 @@ struct AmxProducts {
   alignas(64) std::uint16_t ones[16 * 32];
   for (std::uint16_t& x : ones) x = 0x3f80;  // bf16 1.0
   tile_config();
-  tile_zero<0>();
-  tile_zero<1>();
-  tile_zero<2>();
-  tile_zero<3>();
-  tile_load<4>(ones, 64);
-  tile_load<5>(ones, 64);
-  tile_load<6>(ones, 64);
-  tile_load<7>(ones, 64);
+  FA_TILE_ZERO(0);
+  FA_TILE_ZERO(1);
+  FA_TILE_ZERO(2);
+  FA_TILE_ZERO(3);
+  FA_TILE_LOAD(4, ones, 64);
+  FA_TILE_LOAD(5, ones, 64);
+  FA_TILE_LOAD(6, ones, 64);
+  FA_TILE_LOAD(7, ones, 64);
   const double rate = calls_per_second(seconds, 1024, products_2x2);
   tile_release();
   return 4.0 * 2.0 * 16 * 16 * 32 * rate / 1e9;
