@@ -12,7 +12,7 @@ set(FA_SPLIT_THRESHOLD "128" CACHE STRING "Smallest K/V chunk (keys) when FA_SPL
 option(FA_MIXED_PRECISION_SOFTMAX "Softmax and accumulation in fp32 for fp16/bf16 inputs" ON)
 set(FA_TARGET "auto" CACHE STRING "CPU kernel paths to build: auto (all, chosen at run time), generic, avx2, avx512, avx512bf16, amx")
 # Not a guide option: a testing aid for the amx path on machines without AMX.
-option(FA_AMX_EMULATION "Run the amx path's tile instructions as plain C++ (tests only: slow, never chosen automatically)" OFF)
+option(FA_AMX_EMULATION "Run the amx path's tile instructions as plain C++ (tests only: slow, chosen automatically only when no other path is built)" OFF)
 option(ENABLE_BENCHMARK "Build the <version>_benchmark programs" ON)
 option(ENABLE_TESTS "Build the <version>_test programs and the CTest suite" ON)
 
@@ -86,7 +86,7 @@ set(FA_ISA_FLAGS_amx ${FA_ISA_FLAGS_avx512} -mavx512bf16 -mavx512fp16 -mamx-tile
 if(FA_AMX_EMULATION)
   set(FA_ISA_FLAGS_amx ${FA_ISA_FLAGS_avx512} -mavx512bf16)
   message(STATUS "FA_AMX_EMULATION=ON: the amx path's tile instructions run as plain C++ on any CPU with "
-                 "AVX512_BF16 (for tests: slow, chosen only by --isa=amx / FA_ISA=amx)")
+                 "AVX512_BF16 (for tests: slow; --isa=amx / FA_ISA=amx, or a build of that path alone)")
 endif()
 
 if(FA_SPLIT_ENABLE)

@@ -9,10 +9,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace fa::FA_KERNEL_NS {
 
-// Every tile as amx_load_config sets it: 16 rows of 64 bytes.  Per thread,
+// Every tile as tile_config sets it on the real unit: 16 rows of 64 bytes.  Per thread,
 // as the real registers are; trivially destructible and zero-initialized,
 // so no thread-exit code is needed.
 struct alignas(64) EmulatedTiles {
@@ -66,8 +67,9 @@ inline void emulated_tile_dot() {
         acc[n] += a1 * emulated_bf16(b[2 * n + 1]);
       }
     }
+    constexpr float kSmallestNormal = std::numeric_limits<float>::min();
     for (float& x : acc) {
-      if (x != 0.0f && x > -1.17549435e-38f && x < 1.17549435e-38f) x = x < 0.0f ? -0.0f : 0.0f;
+      if (x != 0.0f && x > -kSmallestNormal && x < kSmallestNormal) x = x < 0.0f ? -0.0f : 0.0f;
     }
     std::memcpy(t.row[C][m], acc, sizeof acc);
   }
