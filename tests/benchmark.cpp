@@ -397,7 +397,7 @@ int run_sweep(const Options& o, const fa::AttentionParams& p, fa::Isa isa, doubl
     sp.tile_kv = tkv;
     fa::TilePlan plan;
     Row row{tq, tkv, 0.0, 0.0, "OK"};
-    if (!fa::fa2_plan(sp, o.dtype, &plan).ok()) {
+    if (!fa::plan(fa::cli::kVersion, sp, o.dtype, &plan).ok()) {
       row.status = "EXCEEDS_LIMIT";
     } else {
       row.latency_ms = median_of(time_runs(sp));
@@ -425,7 +425,7 @@ int run_sweep(const Options& o, const fa::AttentionParams& p, fa::Isa isa, doubl
   }
   std::string cache_note = "not updated (--no-cache-update)";
   if (o.cache_update) {
-    const fa::Status s = fa::tuning_cache_store(p, o.dtype, isa, best->tile_q, best->tile_kv, best->tflops);
+    const fa::Status s = fa::tuning_cache_store(fa::cli::kVersion, p, o.dtype, isa, best->tile_q, best->tile_kv, best->tflops);
     cache_note = s.ok() ? "updated " + fa::tuning_cache_path() : "not updated: " + s.message();
   }
   if (o.json) {
@@ -454,11 +454,11 @@ int run(int argc, char** argv) {
     p.cu_seqlens_kv = o.cu_kv.data();
   }
   fa::Isa isa;
-  if (fa::Status s = fa::fa2_select_isa(p, &isa); !s.ok()) throw UsageError(s.message());
+  if (fa::Status s = fa::select_isa(p, &isa); !s.ok()) throw UsageError(s.message());
   // The tile plan, checked against the CPU's resources before anything is
   // allocated (a plan that does not fit is the guide's first trap).
   fa::TilePlan plan;
-  if (fa::Status s = fa::fa2_plan(p, o.dtype, &plan); !s.ok()) throw UsageError(s.message());
+  if (fa::Status s = fa::plan(fa::cli::kVersion, p, o.dtype, &plan); !s.ok()) throw UsageError(s.message());
   // Packed variable-length tensors are views of batch 1.
   const std::int64_t B = p.cu_seqlens_q ? 1 : p.batch, Sq = p.seq_q, Skv = p.seq_kv, H = p.num_heads, Hkv = p.kv_heads(),
                      D = p.head_dim;

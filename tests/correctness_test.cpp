@@ -228,7 +228,7 @@ int run(int argc, char** argv) {
     fa::Isa chosen;
     fa::AttentionParams probe;
     probe.isa = *isa;
-    if (fa::Status s = fa::fa2_select_isa(probe, &chosen); !s.ok()) throw fa::cli::UsageError("--isa: " + s.message());
+    if (fa::Status s = fa::select_isa(probe, &chosen); !s.ok()) throw fa::cli::UsageError("--isa: " + s.message());
     paths = {*isa};
   } else {
     for (fa::Isa isa : {fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAvx512Bf16, fa::Isa::kAmx}) {
@@ -248,7 +248,7 @@ int run(int argc, char** argv) {
       // A plan beyond this CPU's L2 budget is refused by design (the planner
       // has its own tests); such a case is skipped here, not failed.
       fa::TilePlan plan;
-      if (const fa::Status s = fa::fa2_plan(c.params, dtype, &plan); !s.ok()) {
+      if (const fa::Status s = fa::plan(fa::cli::kVersion, c.params, dtype, &plan); !s.ok()) {
         ++skipped;
         std::printf("[SKIP] %s  %s\n", fa::cli::describe(c).c_str(), s.message().c_str());
         continue;

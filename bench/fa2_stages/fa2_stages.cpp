@@ -71,7 +71,7 @@ int main_impl(int argc, char** argv) {
     if (!probe.isa) throw fa::cli::UsageError("--isa: unknown path '" + args.str("isa") + "' (expected generic, avx2, avx512, avx512bf16 or amx)");
   }
   fa::Isa isa;
-  if (fa::Status s = fa::fa2_select_isa(probe, &isa); !s.ok()) throw fa::cli::UsageError("--isa: " + s.message());
+  if (fa::Status s = fa::select_isa(probe, &isa); !s.ok()) throw fa::cli::UsageError("--isa: " + s.message());
   fa::bench::StageConfig cfg;
   auto dt = fa::parse_dtype(args.str("dtype", "bf16"));
   if (!dt) throw fa::cli::UsageError("--dtype: expected fp16, bf16 or fp32");

@@ -2,9 +2,10 @@
 // thread, each on its own in a loop over the same tile (Q·Kᵀ, softmax, P·V,
 // K/V conversion; on the pair path (amx, avx512bf16) also the packing into
 // the pair layouts; the softmax's cost does not depend on the values it sees),
-// then a whole work item (run_item) against the sum of its tiles.  The code timed is the
-// kernel's own (fa2_tile_loop.h), not a copy.  Included by stages_<isa>.cpp
-// after the path's vec header and the loop header.
+// then a whole work item (run_q_tile) against the sum of its tiles.  The code timed is the
+// kernel's own (fa2/fa2_mainloop.h and the engines it includes), not a
+// copy.  Included by stages_<isa>.cpp after the path's vec header and the
+// FA2 mainloop.
 #pragma once
 
 #include <chrono>
@@ -165,7 +166,7 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   double t4 = 0;
   for (int i = 0; i < r.count; ++i) t4 += r.stages[i].ns;
 
-  detail::Fa2Job job{};
+  detail::AttentionJob job{};
   job.q = q.data();
   job.k = k.data();
   job.v = v.data();
@@ -187,7 +188,7 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   job.pack_group = 1;
   job.lse_strides[0] = job.lse_strides[1] = tq;
   job.split_keys = seq_kv;
-  const double item = ns_per_call([&] { run_item<DT, false>(job, 0, w); }, cfg.seconds);
+  const double item = ns_per_call([&] { run_q_tile<DT, false>(job, w, tile_item(job, 0, 0, 0)); }, cfg.seconds);
   r.item_overhead_ns = item - cfg.tiles_per_item * t4;
 #if defined(FA_HAVE_AMX)
   if (timed) {

@@ -5,7 +5,7 @@
 #define FA_HAVE_AVX512FP16 1
 #endif
 #include "../../flash_attention/kernels/vec_avx512.h"
-#include "../../flash_attention/kernels/fa2_tile_loop.h"
+#include "../../flash_attention/fa2/fa2_mainloop.h"
 #include "stage_timer.h"
 
 namespace fa::bench {

@@ -1,7 +1,7 @@
 // Stage timer for the avx512 path (compiled with that path's flags).
 #define FA_KERNEL_NS isa_avx512
 #include "../../flash_attention/kernels/vec_avx512.h"
-#include "../../flash_attention/kernels/fa2_tile_loop.h"
+#include "../../flash_attention/fa2/fa2_mainloop.h"
 #include "stage_timer.h"
 
 namespace fa::bench {

@@ -2,7 +2,7 @@
 #define FA_KERNEL_NS isa_avx512bf16
 #define FA_HAVE_BF16_DOT 1
 #include "../../flash_attention/kernels/vec_avx512.h"
-#include "../../flash_attention/kernels/fa2_tile_loop.h"
+#include "../../flash_attention/fa2/fa2_mainloop.h"
 #include "stage_timer.h"
 
 namespace fa::bench {

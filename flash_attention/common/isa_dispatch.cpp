@@ -182,6 +182,8 @@ Status select_isa(const std::optional<Isa>& forced, Isa* chosen) {
 
 }  // namespace detail
 
+Status select_isa(const AttentionParams& p, Isa* isa) { return detail::select_isa(p.isa, isa); }
+
 namespace {
 
 // Runs `probe` on `threads` threads at once (one item each: every thread

@@ -49,9 +49,9 @@ int bucket(std::int64_t n) {  // shape class: the power of two at or above n, at
   return static_cast<int>(b > (1 << 30) ? (1 << 30) : b);
 }
 
-std::string cache_key(const AttentionParams& p, DType dtype, Isa isa) {
+std::string cache_key(Version version, const AttentionParams& p, DType dtype, Isa isa) {
   std::ostringstream key;
-  key << "fa2 " << isa_name(isa) << ' ' << dtype_name(dtype) << " d" << p.head_dim << " c"
+  key << version_name(version) << ' ' << isa_name(isa) << ' ' << dtype_name(dtype) << " d" << p.head_dim << " c"
       << (detail::key_window(p).active ? 1 : 0)
       << " q" << bucket(p.seq_q) << " kv" << bucket(p.seq_kv);
   return key.str();
@@ -104,21 +104,25 @@ int max_threads_from_env() {
   return (*end == '\0' && n > 0 && n <= kMaxThreads) ? static_cast<int>(n) : 0;
 }
 
-// Items are handed out longest first (last Q tiles first); each goes to the
-// thread that frees up first.  Cost of an item = K/V tiles it visits.
 // Hands the items of one call (or one sequence) to the thread that frees up
-// first, in the kernel's order, adding their costs to `busy` and `total`.
-void add_items(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, int splits, std::int64_t split_keys,
-               int pack, std::vector<double>& busy, double& total) {
+// first, in the kernel's order (longest first: the last Q tiles), adding
+// their costs to `busy` and `total`.  An item holds `per_item` Q tiles (FA2:
+// 1, FA3: 2, FA1: all); its cost = the K/V tiles its Q tiles visit, plus
+// each one's epilogue.
+void add_items(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, std::int64_t per_item, int splits,
+               std::int64_t split_keys, int pack, std::vector<double>& busy, double& total) {
   const detail::KeyWindow window = detail::key_window(p);
-  for (std::int64_t qt = q_tiles - 1; qt >= 0; --qt) {
-    const std::int64_t last_row = std::min<std::int64_t>((qt + 1) * tq, p.seq_q) - 1;
-    const std::int64_t kv_begin = detail::window_begin(window, qt * tq, p.seq_kv) / tkv * tkv;
-    const std::int64_t kv_end = detail::window_end(window, last_row, p.seq_kv);
+  for (std::int64_t group = (q_tiles + per_item - 1) / per_item - 1; group >= 0; --group) {
     for (int s = 0; s < splits; ++s) {
-      const std::int64_t lo = std::max(kv_begin, s * split_keys), hi = std::min(kv_end, (s + 1) * split_keys);
-      const std::int64_t keys = hi > lo ? hi - lo : 0;
-      const double cost = (double((keys + tkv - 1) / tkv) + 0.05) * pack;  // + the per-item epilogue
+      double cost = 0.0;
+      for (std::int64_t qt = group * per_item; qt < std::min((group + 1) * per_item, q_tiles); ++qt) {
+        const std::int64_t last_row = std::min<std::int64_t>((qt + 1) * tq, p.seq_q) - 1;
+        const std::int64_t kv_begin = detail::window_begin(window, qt * tq, p.seq_kv) / tkv * tkv;
+        const std::int64_t kv_end = detail::window_end(window, last_row, p.seq_kv);
+        const std::int64_t lo = std::max(kv_begin, s * split_keys), hi = std::min(kv_end, (s + 1) * split_keys);
+        const std::int64_t keys = hi > lo ? hi - lo : 0;
+        cost += (double((keys + tkv - 1) / tkv) + 0.05) * pack;  // + the per-tile epilogue
+      }
       for (std::int64_t unit = 0; unit < p.batch * p.num_heads / pack; ++unit) {
         auto it = std::min_element(busy.begin(), busy.end());
         *it += cost;
@@ -128,11 +132,11 @@ void add_items(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, 
   }
 }
 
-double simulate_occupancy(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, int splits,
-                          std::int64_t split_keys, int pack, int threads) {
+double simulate_occupancy(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, std::int64_t per_item,
+                          int splits, std::int64_t split_keys, int pack, int threads) {
   std::vector<double> busy(static_cast<std::size_t>(threads), 0.0);
   double total = 0.0;
-  add_items(p, tq, tkv, q_tiles, splits, split_keys, pack, busy, total);
+  add_items(p, tq, tkv, q_tiles, per_item, splits, split_keys, pack, busy, total);
   const double longest = *std::max_element(busy.begin(), busy.end());
   return longest > 0 ? total / (double(threads) * longest) : 1.0;
 }
@@ -158,25 +162,26 @@ std::string tuning_cache_path() {
   return "flash_attention_tuning_cache.txt";
 }
 
-bool tuning_cache_lookup(const AttentionParams& p, DType dtype, Isa isa, int* tile_q, int* tile_kv) {
+bool tuning_cache_lookup(Version version, const AttentionParams& p, DType dtype, Isa isa, int* tile_q, int* tile_kv) {
   TuningCache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   c.load_locked();
-  auto it = c.entries.find(cache_key(p, dtype, isa));
+  auto it = c.entries.find(cache_key(version, p, dtype, isa));
   if (it == c.entries.end() || !valid_tile(it->second.tile_q) || !valid_tile(it->second.tile_kv)) return false;
   *tile_q = it->second.tile_q;
   *tile_kv = it->second.tile_kv;
   return true;
 }
 
-Status tuning_cache_store(const AttentionParams& p, DType dtype, Isa isa, int tile_q, int tile_kv, double tflops) {
+Status tuning_cache_store(Version version, const AttentionParams& p, DType dtype, Isa isa, int tile_q, int tile_kv,
+                          double tflops) {
   if (!valid_tile(tile_q) || !valid_tile(tile_kv)) {
     return Status::Invalid("tuning cache: tiles must be powers of two from 16 to 512");
   }
   TuningCache& c = cache();
   std::lock_guard<std::mutex> lock(c.mutex);
   c.load_locked();
-  c.entries[cache_key(p, dtype, isa)] = {tile_q, tile_kv, tflops};
+  c.entries[cache_key(version, p, dtype, isa)] = {tile_q, tile_kv, tflops};
   // Create the directory chain, then write beside the file and rename.
   const std::string& path = c.path;
   for (std::size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1)) {
@@ -200,7 +205,9 @@ Status tuning_cache_store(const AttentionParams& p, DType dtype, Isa isa, int ti
   return Status::Ok();
 }
 
-Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
+Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) { return fa::plan(Version::kFA2, p, dtype, plan); }
+
+Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* plan) {
   // The planner divides by these: refuse what validate() would refuse.
   for (auto [what, value] : {std::pair<const char*, std::int64_t>{"batch", p.batch},
                              {"seq_q", p.seq_q},
@@ -217,6 +224,7 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
                              std::to_string(tile) + ")");
     }
   }
+  if (Status s = version_supports(version, p); !s.ok()) return s;
   Isa isa;
   if (Status s = detail::select_isa(p.isa, &isa); !s.ok()) return s;
   const detail::TargetInfo* target = detail::find_target(std::string(isa_name(isa)).c_str());
@@ -227,12 +235,19 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
   // too, and each engine has its own recommended tiles.
   const bool matrix = uses_matrix_unit(isa, dtype, p.head_dim);
   const int p_bytes = matrix ? (dtype == DType::kF16 ? 4 : 2) : 0;
-  auto working_set = [&](int q, int kv) { return detail::fa2_working_set_bytes(q, kv, D, p_bytes); };
+  // FA3 holds two Q tiles' state and two K/V tiles per thread.
+  const std::size_t states = version == Version::kFA3 ? 2 : 1;
+  auto working_set = [&](int q, int kv) { return states * detail::fa2_working_set_bytes(q, kv, D, p_bytes); };
+  const int want_threads = p.threads > 0 ? p.threads : default_thread_count();
+  const std::int64_t group = p.num_heads / p.kv_heads();
 
   int tq = p.tile_q != 0 ? p.tile_q : detail::kDefaultTileQ;
   int tkv = p.tile_kv != 0 ? p.tile_kv : detail::kDefaultTileKv;
   std::string source = (p.tile_q != 0 || p.tile_kv != 0) ? "caller" : "build default";
-  if (tq == kTileAuto || tkv == kTileAuto) {
+  if (version == Version::kFA1) {  // fixed (version_supports refused any other request)
+    tq = tkv = 64;
+    source = "FA1 fixed tiles";
+  } else if (tq == kTileAuto || tkv == kTileAuto) {
     int cq = 0, ckv = 0;
     int table_q = 0, table_kv = 0;
     const std::span<const detail::TileRow> table =
@@ -244,13 +259,17 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
       if (p.seq_q <= row.max_seq && table_q == 0) table_q = masked ? row.causal_tile_q : row.tile_q;
       if (p.seq_kv <= row.max_seq && table_kv == 0) table_kv = masked ? row.causal_tile_kv : row.tile_kv;
     }
+    // FA3's item is a pair of Q tiles: each half the table's, so the pair
+    // covers the rows FA2's tile would.
+    if (version == Version::kFA3 && table_q > 16) table_q /= 2;
     // A Q tile longer than the queries only wastes lanes: cap it (decoding).
     while (table_q > 16 && table_q / 2 >= p.seq_q) table_q /= 2;
     // Parallelism: halve the Q tile (down to 64) while the items would not
     // give every thread two.
-    const int want_threads = p.threads > 0 ? p.threads : default_thread_count();
-    while (table_q > 64 && p.batch * p.num_heads * ((p.seq_q + table_q - 1) / table_q) < 2 * want_threads) table_q /= 2;
-    const bool cached = tuning_cache_lookup(p, dtype, isa, &cq, &ckv);
+    const std::int64_t per_item = version == Version::kFA3 ? 2 : 1;
+    auto items = [&](int q) { return p.batch * p.num_heads * (((p.seq_q + q - 1) / q + per_item - 1) / per_item); };
+    while (table_q > 64 && items(table_q) < 2 * want_threads) table_q /= 2;
+    const bool cached = tuning_cache_lookup(version, p, dtype, isa, &cq, &ckv);
     if (tq == kTileAuto) tq = cached ? cq : table_q;
     if (tkv == kTileAuto) tkv = cached ? ckv : table_kv;
     source = cached ? "tuning cache" : "target table";
@@ -273,17 +292,23 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
     longest_q = 0;
     for (std::int64_t b = 0; b < p.batch; ++b) longest_q = std::max<std::int64_t>(longest_q, p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b]);
   }
-  const std::int64_t group = p.num_heads / p.kv_heads();
-  plan->pack_gqa = group > 1 && longest_q <= detail::kRowPathMaxRows && group * longest_q <= tq ? static_cast<int>(group) : 1;
+  plan->pack_gqa = version != Version::kFA1 && group > 1 && longest_q <= detail::kRowPathMaxRows && group * longest_q <= tq
+                       ? static_cast<int>(group)
+                       : 1;
   const std::int64_t units = p.num_heads / plan->pack_gqa;
-  std::int64_t unsplit_items = q_tiles * p.batch * units;
+  // Q tiles per item: FA1's item is a whole (batch, head), FA3's a pair.
+  const std::int64_t per_item = version == Version::kFA1 ? std::max<std::int64_t>(q_tiles, 1)
+                                : version == Version::kFA3 ? 2
+                                                           : 1;
+  auto groups = [per_item](std::int64_t tiles) { return (tiles + per_item - 1) / per_item; };
+  std::int64_t unsplit_items = groups(q_tiles) * p.batch * units;
   if (p.cu_seqlens_q && p.cu_seqlens_kv) {
     unsplit_items = 0;
     for (std::int64_t b = 0; b < p.batch; ++b) {
-      unsplit_items += (p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] + tq - 1) / tq * units;
+      unsplit_items += groups((p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] + tq - 1) / tq) * units;
     }
   }
-  int threads = p.threads > 0 ? p.threads : default_thread_count();
+  int threads = want_threads;
   if (const int cap = max_threads_from_env(); cap > 0 && cap < threads) threads = cap;
 
   // Split-KV: chunks of whole K/V tiles, at least FA_SPLIT_THRESHOLD keys.
@@ -291,7 +316,7 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
   // decoding case), aiming at two items per thread.
   const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
   int want = p.num_splits != 0 ? p.num_splits : (detail::kSplitByDefault ? kSplitsAuto : 1);
-  if (varlen) want = 1;  // sequences are the parallelism; no split-KV
+  if (varlen || version == Version::kFA1) want = 1;  // sequences (FA1: heads) are the parallelism
   if (want == kSplitsAuto) {
     want = 1;
     if (unsplit_items < threads) {
@@ -317,12 +342,14 @@ Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) {
     double work = 0.0;
     for (std::int64_t b = 0; b < p.batch; ++b) {
       const AttentionParams sp = detail::sequence_params(p, b);
-      add_items(sp, tq, tkv, (sp.seq_q + tq - 1) / tq, 1, std::max<std::int64_t>(sp.seq_kv, 1), plan->pack_gqa, busy, work);
+      add_items(sp, tq, tkv, (sp.seq_q + tq - 1) / tq, per_item, 1, std::max<std::int64_t>(sp.seq_kv, 1), plan->pack_gqa,
+                busy, work);
     }
     const double longest = *std::max_element(busy.begin(), busy.end());
     plan->occupancy = longest > 0 ? work / (double(threads) * longest) : 1.0;
   } else {
-    plan->occupancy = simulate_occupancy(p, tq, tkv, q_tiles, plan->num_splits, split_keys, plan->pack_gqa, threads);
+    plan->occupancy =
+        simulate_occupancy(p, tq, tkv, q_tiles, per_item, plan->num_splits, split_keys, plan->pack_gqa, threads);
   }
   if (plan->working_set_bytes > limit) {
     // Suggest the largest tile_q that fits with this tile_kv, else the

@@ -1,6 +1,6 @@
 // The pair path's engine on the AMX tile unit (amx path): both products as
 // TDPBF16PS on 16 x 16 fp32 accumulator tiles, for bf16 and for fp16 as two
-// exact bf16 pieces (kPieces).  Included by fa2_tile_loop.h after
+// exact bf16 pieces (kPieces).  Included by engines.h after
 // bf16_pair_path.h (the layouts, the packing and the loop) when FA_HAVE_AMX.
 #pragma once
 

@@ -5,7 +5,7 @@
 // it at half the FMA's flop rate, CpuFeatures::bf16_dot_outpaces_fma).  bf16
 // only: fp16 in two exact pieces takes three products, 1.5 FMA-equivalents
 // against the fp32 FMA loop's one (measured 0.13 against 0.18 TFLOPS), so
-// fp16 stays on the FMA loop.  Included by fa2_tile_loop.h after
+// fp16 stays on the FMA loop.  Included by engines.h after
 // bf16_pair_path.h when FA_HAVE_BF16_DOT.
 //
 // A register block keeps R x NV accumulators (R rows of the A operand, NV

@@ -1,7 +1,7 @@
 // The tile path over bf16 pair layouts, shared by the two engines that
 // multiply 32-bit pairs of bf16: the AMX tile unit (TDPBF16PS, amx path,
 // amx_tile_path.h) and AVX512_BF16's VDPBF16PS (avx512bf16 path,
-// bf16_dot_path.h).  Included by fa2_tile_loop.h inside the path's namespace
+// bf16_dot_path.h).  Included by engines.h inside the path's namespace
 // (FA_HAVE_BF16_PAIRS), after the helpers it shares with run_tile: the same
 // item, masking, online softmax, dropout and epilogue; the operands are
 // packed into pair layouts and the two products go to the engine.
@@ -34,7 +34,7 @@
 //   `next` (may be null) is the next K/V tile's lines, of which each
 //   product issues a third (KvLineStream).  `spans` (may be null: every
 //   key may attend): per vector of 16 query rows, the keys of the tile its
-//   rows' window lets in (tile_key_spans, fa2_tile_loop.h); an engine may
+//   rows' window lets in (tile_key_spans, engines.h); an engine may
 //   skip the others: scores may leave them unwritten (mask_tile sets every
 //   score outside the window to -inf on each tile that has spans), and
 //   accumulate may drop them from the sum (their probabilities are 0).
@@ -59,7 +59,7 @@ inline std::uint32_t* pairs_buffer(const Workspace& w, int tq) {
 
 // Whole blocks only: 32 dims per A block of the first product, 32 keys per
 // A block of the second, 16 rows per B block.  Other shapes run the AVX-512 loop.
-inline bool pair_tile_path_fits(const Fa2Job& job) {
+inline bool pair_tile_path_fits(const AttentionJob& job) {
   return job.head_dim % 32 == 0 && job.tile_kv % 32 == 0 && job.tile_q % 16 == 0;
 }
 
@@ -307,7 +307,7 @@ inline void rescale_output(const Workspace& w, int D, int nvec, int tq) {
 // registers, divided by the row sums, rounded (nearest even) and stored 16
 // values at a time.  Split-KV partials take the common epilogue.
 template <DType DT>
-inline void write_outputs_16bit(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+inline void write_outputs_16bit(const AttentionJob& job, const Workspace& w, const TileItem& it) {
   if (job.num_splits > 1) {
     write_tile_outputs<DT>(job, w, it);
     return;
@@ -357,7 +357,7 @@ inline TileOperands tile_operands(const Workspace& w, int tq, int tkv, int D) {
           std::int64_t(tq) * (tkv / 2)};
 }
 
-// --- K/V packed once per call (Fa2Job::kv_pack) ----------------------------
+// --- K/V packed once per call (AttentionJob::kv_pack) ----------------------------
 // Without it every Q tile re-packs the K/V tiles it visits from the input
 // rows, which come from memory each time (a head's K/V outgrow L2 at long
 // sequences): packing was ~30% of a tile's time at B1 S4096 H16 D128, in
@@ -385,7 +385,7 @@ inline bool engine_handles(DType dtype) {
 }
 
 template <class Engine>
-inline std::size_t pair_kv_pack_bytes(const Fa2Job& job) {
+inline std::size_t pair_kv_pack_bytes(const AttentionJob& job) {
   if (!engine_handles<Engine>(job.dtype) || !pair_tile_path_fits(job) || job.pack_group > 1 ||
       job.seq_q <= detail::kRowPathMaxRows || job.q_tiles * job.kv_group < 2) {
     return 0;  // not the tile path, or each K/V tile is visited once per call
@@ -401,7 +401,7 @@ inline std::size_t pair_kv_pack_bytes(const Fa2Job& job) {
 // The slot of the K/V tile at j0 with `cols` keys, when it can be shared: a
 // tile boundary and all the keys there (a whole tile, or the sequence's last
 // ones); else null.  Its state through *state.
-inline std::uint16_t* kv_pack_slot(const Fa2Job& job, const TileItem& it, std::int64_t j0, int cols, int kP,
+inline std::uint16_t* kv_pack_slot(const AttentionJob& job, const TileItem& it, std::int64_t j0, int cols, int kP,
                                    std::uint32_t** state) {
   const int tkv = job.tile_kv;
   if (!job.kv_pack || j0 % tkv != 0 || cols != (job.seq_kv - j0 < tkv ? job.seq_kv - j0 : tkv)) return nullptr;
@@ -419,7 +419,7 @@ struct KvOperands {
   bool own;
 };
 template <DType DT>
-inline KvOperands shared_kv_tile(const Fa2Job& job, const TileItem& it, std::int64_t j0, int cols, int cols_pad,
+inline KvOperands shared_kv_tile(const AttentionJob& job, const TileItem& it, std::int64_t j0, int cols, int cols_pad,
                                  const TileOperands& op) {
   constexpr int kP = kPieces<DT>;
   const int D = static_cast<int>(job.head_dim), tkv = job.tile_kv;
@@ -443,7 +443,7 @@ inline KvOperands shared_kv_tile(const Fa2Job& job, const TileItem& it, std::int
 // The next tile's lines for KvLineStream: its shared slot when that is
 // ready (contiguous), else its input rows.
 template <DType DT>
-inline KvLineStream next_tile_lines(const Fa2Job& job, const TileItem& it, std::int64_t j0) {
+inline KvLineStream next_tile_lines(const AttentionJob& job, const TileItem& it, std::int64_t j0) {
   constexpr int kP = kPieces<DT>;
   KvLineStream next = next_kv_tile_lines<DT>(job, it.kbase, it.vbase, j0, it.kv_end);
   if (next.part != 0) return next;
@@ -465,7 +465,7 @@ inline KvLineStream next_tile_lines(const Fa2Job& job, const TileItem& it, std::
 // (shared_kv_tile), the next K/V tile always streamed into L2 (so
 // FA_ENABLE_ASYNC does not apply here).
 template <DType DT, class Engine>
-void run_tile_pairs(const Fa2Job& job, const Workspace& w, const TileItem& it) {
+void run_tile_pairs(const AttentionJob& job, const Workspace& w, const TileItem& it) {
   StageLaps laps(job.stage_cycles);
   constexpr int kP = kPieces<DT>;
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, tkv = job.tile_kv;

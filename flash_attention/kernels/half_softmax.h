@@ -1,6 +1,6 @@
 // FA_MIXED_PRECISION_SOFTMAX=OFF: the softmax of fp16 inputs in fp16
 // arithmetic (AVX512-FP16, 32 lanes per vector), on the amx path.  Included
-// by fa2_tile_loop.h inside that path's namespace when FA_HAVE_AVX512FP16 is
+// by engines.h inside that path's namespace when FA_HAVE_AVX512FP16 is
 // set; the build option decides whether fp16 calls use it (kHalfSoftmax).
 //
 // What runs in fp16: exp2 of the max-subtracted scores (the polynomial and

@@ -1,6 +1,7 @@
-// What one instruction-set path provides, and the job description the FA2
-// loop receives.  Plain data only: this header is shared by translation units
-// compiled with different instruction-set flags.
+// What one instruction-set path provides for one version's loop, and the job
+// description every version's loop receives.  Plain data only: this header
+// is shared by translation units compiled with different instruction-set
+// flags.
 #pragma once
 
 #include <cstddef>
@@ -31,9 +32,10 @@ enum TileStage : int {
   kStageCount
 };
 
-// Everything the FA2 tile loop needs, resolved once by the dispatcher, so the
-// per-ISA code touches no optional or inline helper of the public API.
-struct Fa2Job {
+// Everything a version's tile loop needs, resolved once by the dispatcher
+// (common/forward_dispatch.cpp), so the per-ISA code touches no optional or
+// inline helper of the public API.
+struct AttentionJob {
   const void* q;
   const void* k;
   const void* v;
@@ -77,24 +79,30 @@ struct Fa2Job {
   std::uint16_t* kv_pack;
   std::uint32_t* kv_pack_state;
   std::int64_t kv_pack_tiles;
+  // Software prefetch of the next K/V tile on the FMA loop (FA_ENABLE_ASYNC,
+  // or AttentionParams::async_prefetch); loops without it ignore it.
+  bool async_prefetch;
   // FA_STAGE_TIMING: kStageCount cycle counters the tile loops add to (null:
   // not timed; the row path for short Q tiles is never timed).
   std::uint64_t* stage_cycles;
 };
 
 struct KernelTable {
+  Version version;  // whose loop this is (each version's library links its own)
   Isa isa;
   const char* name;
-  // Scratch floats one thread needs for a (tile_q, tile_kv, head_dim) plan.
-  std::size_t (*fa2_workspace_floats)(int tile_q, int tile_kv, int head_dim);
-  // Bytes of the shared K/V packing for a job with every other field set
-  // (states, 64-byte aligned, then slots); 0 when the job would not use or
-  // gain from one.  Null on paths without one.
-  std::size_t (*fa2_kv_pack_bytes)(const Fa2Job& job);
+  // Scratch floats one thread needs for a job (its shape and plan set).
+  std::size_t (*workspace_floats)(const AttentionJob& job);
+  // Bytes of the K/V packing shared by all items of a job with every other
+  // field set (states, 64-byte aligned, then slots); 0 when the job would
+  // not use or gain from one.
+  std::size_t (*kv_pack_bytes)(const AttentionJob& job);
+  // Work items of one job (the dispatcher's running counts for varlen).
+  std::int64_t (*items)(const AttentionJob& job);
   // Runs the items of `count` jobs (one per sequence for variable-length
   // calls) in one parallel loop; they share dtype, tiles, threads and
   // scratch.  item_ends[j] = items of jobs 0..j (used when count > 1).
-  void (*fa2_run)(const Fa2Job* jobs, const std::int64_t* item_ends, std::size_t count);
+  void (*run)(const AttentionJob* jobs, const std::int64_t* item_ends, std::size_t count);
   // out[i] = 2^in[i] with the softmax's exp2 (tests check its accuracy).
   void (*exp2_array)(const float* in, float* out, int n);
   // FMA throughput of this path's vector unit on the calling thread, GFLOP/s.

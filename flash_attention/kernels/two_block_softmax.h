@@ -2,7 +2,7 @@
 // probabilities handed to a consumer; shared by the fp16-arithmetic softmax
 // (half_softmax.h) and the pair-layout tile path's softmax fused with the
 // packing of P (bf16_pair_path.h).  AVX-512F only.  Included by those
-// headers inside the path's namespace, after fa2_tile_loop.h's helpers.
+// headers inside the path's namespace, after engines.h's helpers.
 #pragma once
 
 #include <immintrin.h>

@@ -37,7 +37,7 @@ TEST(IsaChoice, AutomaticChoiceOnThisCpu) {
   const std::optional<std::string> saved = forced ? std::optional<std::string>(forced) : std::nullopt;
   unsetenv("FA_ISA");
   fa::Isa chosen;
-  const fa::Status s = fa::fa2_select_isa(fa::AttentionParams{}, &chosen);
+  const fa::Status s = fa::select_isa(fa::AttentionParams{}, &chosen);
   if (saved) setenv("FA_ISA", saved->c_str(), 1);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_TRUE(fa::isa_available(chosen));

@@ -43,13 +43,13 @@ TEST(Planner, WorkingSetArithmetic) {
 // avx512bf16, when the CPU has one and nothing forces another).
 bool bf16_on_matrix_unit(const fa::AttentionParams& p) {
   fa::Isa isa;
-  return fa::fa2_select_isa(p, &isa).ok() && fa::uses_matrix_unit(isa, fa::DType::kBF16, p.head_dim);
+  return fa::select_isa(p, &isa).ok() && fa::uses_matrix_unit(isa, fa::DType::kBF16, p.head_dim);
 }
 
 // The recommended-tile table a bf16 plan of these params reads.
 const fa::detail::TileRow* bf16_tile_table(const fa::AttentionParams& p) {
   fa::Isa isa = fa::Isa::kGeneric;
-  if (!bf16_on_matrix_unit(p) || !fa::fa2_select_isa(p, &isa).ok()) return fa::detail::kRecommendedTiles;
+  if (!bf16_on_matrix_unit(p) || !fa::select_isa(p, &isa).ok()) return fa::detail::kRecommendedTiles;
   return isa == fa::Isa::kAmx ? fa::detail::kMatrixUnitTiles : fa::detail::kBf16DotTiles;
 }
 
@@ -126,21 +126,21 @@ TEST(Planner, TuningCacheRoundTrip) {
   fa::AttentionParams p = shape(3000, 3000, 128);
   p.causal = true;
   fa::Isa isa;
-  ASSERT_TRUE(fa::fa2_select_isa(p, &isa).ok());
+  ASSERT_TRUE(fa::select_isa(p, &isa).ok());
   int tq = 0, tkv = 0;
-  EXPECT_FALSE(fa::tuning_cache_lookup(p, fa::DType::kBF16, isa, &tq, &tkv));
-  ASSERT_TRUE(fa::tuning_cache_store(p, fa::DType::kBF16, isa, 64, 32, 0.123).ok());
-  ASSERT_TRUE(fa::tuning_cache_lookup(p, fa::DType::kBF16, isa, &tq, &tkv));
+  EXPECT_FALSE(fa::tuning_cache_lookup(fa::Version::kFA2, p, fa::DType::kBF16, isa, &tq, &tkv));
+  ASSERT_TRUE(fa::tuning_cache_store(fa::Version::kFA2, p, fa::DType::kBF16, isa, 64, 32, 0.123).ok());
+  ASSERT_TRUE(fa::tuning_cache_lookup(fa::Version::kFA2, p, fa::DType::kBF16, isa, &tq, &tkv));
   EXPECT_EQ(tq, 64);
   EXPECT_EQ(tkv, 32);
   // Same shape class (3000 and 4096 share the 4096 bucket); other dtype or mask: no entry.
   fa::AttentionParams same_class = p;
   same_class.seq_q = same_class.seq_kv = 4096;
-  EXPECT_TRUE(fa::tuning_cache_lookup(same_class, fa::DType::kBF16, isa, &tq, &tkv));
-  EXPECT_FALSE(fa::tuning_cache_lookup(p, fa::DType::kF16, isa, &tq, &tkv));
+  EXPECT_TRUE(fa::tuning_cache_lookup(fa::Version::kFA2, same_class, fa::DType::kBF16, isa, &tq, &tkv));
+  EXPECT_FALSE(fa::tuning_cache_lookup(fa::Version::kFA2, p, fa::DType::kF16, isa, &tq, &tkv));
   fa::AttentionParams non_causal = p;
   non_causal.causal = false;
-  EXPECT_FALSE(fa::tuning_cache_lookup(non_causal, fa::DType::kBF16, isa, &tq, &tkv));
+  EXPECT_FALSE(fa::tuning_cache_lookup(fa::Version::kFA2, non_causal, fa::DType::kBF16, isa, &tq, &tkv));
   // The file is what another process would read, and auto plans use it.
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -151,7 +151,7 @@ TEST(Planner, TuningCacheRoundTrip) {
   EXPECT_EQ(plan.source, "tuning cache");
   EXPECT_EQ(plan.tile_q, 64);
   EXPECT_EQ(plan.tile_kv, 32);
-  EXPECT_FALSE(fa::tuning_cache_store(p, fa::DType::kBF16, isa, 100, 32, 1.0).ok());
+  EXPECT_FALSE(fa::tuning_cache_store(fa::Version::kFA2, p, fa::DType::kBF16, isa, 100, 32, 1.0).ok());
   std::remove(path.c_str());
 }
 

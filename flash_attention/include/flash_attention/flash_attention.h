@@ -1,8 +1,9 @@
 // Public C++ API of the FlashAttention operators.
 //
-// One forward entry point per algorithm version (fa2 today), all sharing the
-// same parameter and tensor-view types, so callers and drivers switch versions
-// by switching one function.  Nothing here aborts the process: every problem
+// One forward entry point per algorithm version (fa1_forward, fa2_forward,
+// fa3_forward, each in its version's library), all sharing the same
+// parameter and tensor-view types, so callers and drivers switch versions by
+// switching one function.  Nothing here aborts the process: every problem
 // with the arguments comes back as a Status carrying a one-line message.
 #pragma once
 
@@ -60,6 +61,19 @@ class Status {
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
 };
+
+// --------------------------------------------------------------- version ---
+
+// The FlashAttention algorithm versions.  FA1 (2022): K/V tiles outer, Q
+// tiles inner, output and softmax state kept in memory and rewritten at
+// every K/V step, parallel over (batch, head), 64 x 64 tiles.  FA2 (2023): Q
+// tiles outer, state in the thread's scratch, parallel over (batch, head, Q
+// tile).  FA3 (2024): FA2's arithmetic with two Q tiles per thread
+// interleaved and the next K/V tile loaded while the current one computes.
+enum class Version { kFA1 = 1, kFA2 = 2, kFA3 = 3 };
+
+// "fa1", "fa2", "fa3".
+FA_API std::string_view version_name(Version version);
 
 // ----------------------------------------------------------------- dtype ---
 
@@ -202,6 +216,9 @@ struct FA_API AttentionParams {
   // Kernel path; unset means the FA_ISA environment variable when set, else
   // the fastest path this build and CPU have.
   std::optional<Isa> isa;
+  // Software prefetch of the next K/V tile while the current one computes
+  // (FA2 and FA3; FA1 has none); unset means the build's FA_ENABLE_ASYNC.
+  std::optional<bool> async_prefetch;
 
   std::int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   float softmax_scale() const;
@@ -220,10 +237,13 @@ struct AttentionTensors {
 // Checks shapes, dtypes, strides, tiles and mask against each other.
 FA_API Status validate(const AttentionParams& params, const AttentionTensors& tensors);
 
-// Bytes of scratch memory an fa2_forward call allocates for `threads` threads
-// (on the pair path, amx and bf16 on avx512bf16, with it the K/V packing
-// shared by the call's Q tiles).
+// Bytes of scratch memory a <version>_forward call allocates for `threads`
+// threads (on the pair path, amx and bf16 on avx512bf16, with it the K/V
+// packing shared by the call's Q tiles; for FA1, each thread's output and
+// softmax state of a whole (batch, head)).  Each in its version's library.
+FA_API std::size_t fa1_workspace_bytes(const AttentionParams& params, DType dtype, int threads);
 FA_API std::size_t fa2_workspace_bytes(const AttentionParams& params, DType dtype, int threads);
+FA_API std::size_t fa3_workspace_bytes(const AttentionParams& params, DType dtype, int threads);
 
 // Workspace blocks are kept for the next calls when a call ends (the largest
 // four): the bytes held now, and freeing them all.
@@ -238,14 +258,27 @@ FA_API int default_thread_count();
 
 // --------------------------------------------------------- entry points ---
 
-// FlashAttention-2 forward: O = softmax(scale * Q Kᵀ + mask) V.
-// FA_VERBOSE=1 in the environment prints the path and tile plan of each call
-// on stderr.
+// The forward pass O = softmax(scale * Q Kᵀ + mask) V of each version, in
+// that version's library (libflash_attention_fa<N>.so).  FA_VERBOSE=1 in the
+// environment prints the path and tile plan of each call on stderr.
+//
+// FlashAttention-1: what the 2022 algorithm offered; variable-length (TND)
+// calls, split-KV (num_splits > 1) and attention sinks are refused with
+// kUnsupported, and its tiles are 64 x 64 (another explicit tile_q or
+// tile_kv is refused); async_prefetch is ignored.
+FA_API Status fa1_forward(const AttentionParams& params, const AttentionTensors& tensors);
+// FlashAttention-2.
 FA_API Status fa2_forward(const AttentionParams& params, const AttentionTensors& tensors);
+// FlashAttention-3: every FA2 feature, two Q tiles per work item.
+FA_API Status fa3_forward(const AttentionParams& params, const AttentionTensors& tensors);
 
-// The path fa2_forward would run for `params` (forced, FA_ISA, or the best),
-// or an Unsupported status naming the missing instruction set.
-FA_API Status fa2_select_isa(const AttentionParams& params, Isa* isa);
+// Whether `version` offers what `params` asks for (OK), else an Unsupported
+// status saying what it lacks and which version has it.
+FA_API Status version_supports(Version version, const AttentionParams& params);
+
+// The path a forward call would run for `params` (forced, FA_ISA, or the
+// best), or an Unsupported status naming the missing instruction set.
+FA_API Status select_isa(const AttentionParams& params, Isa* isa);
 
 // Peak fp32 FMA rate of `isa`'s vector unit on `threads` threads, in
 // GFLOP/s, measured by running independent FMA chains for about `seconds`.
@@ -299,7 +332,9 @@ struct TilePlan {
   std::string target;                 // kernel path the plan is for
   std::string source;                 // "caller", "tuning cache" or "target table"
   int threads = 0;                    // threads the call uses (capped by FA_MAX_THREADS and the work items)
-  std::int64_t work_items = 0;        // (batch, head, Q tile) items
+  std::int64_t work_items = 0;        // items: (batch, head, Q tile) for FA2, (batch, head,
+                                      // pair of Q tiles) for FA3, (batch, head) for FA1; each
+                                      // times the splits
   // How evenly the items fill the threads: total work / (threads x the
   // longest thread's work), from the scheduler's own order (longest first).
   double occupancy = 0.0;
@@ -311,10 +346,13 @@ struct TilePlan {
   int pack_gqa = 1;
 };
 
-// Resolves the tiles fa2_forward would use and checks them against the
-// target's resources.  A plan that does not fit returns InvalidArgument with
-// "Error: Resource usage exceeds device limit." and the usage, the limit and
-// a tile that fits.
+// Resolves the tiles, threads, splits and work items `version`'s forward
+// would use and checks them against the target's resources.  A plan that
+// does not fit returns InvalidArgument with "Error: Resource usage exceeds
+// device limit." and the usage, the limit and a tile that fits; what the
+// version does not offer returns version_supports' status.
+FA_API Status plan(Version version, const AttentionParams& params, DType dtype, TilePlan* plan);
+// plan(Version::kFA2, ...).
 FA_API Status fa2_plan(const AttentionParams& params, DType dtype, TilePlan* plan);
 
 // Per-core L2 of this CPU (sysfs), or 0 when it cannot be read.
@@ -327,12 +365,14 @@ FA_API std::size_t cpu_l2_bytes();
 // ~/.cache/flash_attention/tuning_cache.txt.
 FA_API std::string tuning_cache_path();
 
-// Records the best tiles measured for the shape class of `params` on `isa`
-// (the file is rewritten atomically; later lookups in this process see it).
-FA_API Status tuning_cache_store(const AttentionParams& params, DType dtype, Isa isa, int tile_q, int tile_kv,
-                                 double tflops);
+// Records the best tiles `version` measured for the shape class of `params`
+// on `isa` (the file is rewritten atomically; later lookups in this process
+// see it).
+FA_API Status tuning_cache_store(Version version, const AttentionParams& params, DType dtype, Isa isa, int tile_q,
+                                 int tile_kv, double tflops);
 
-// The cached tiles for the shape class, if any.
-FA_API bool tuning_cache_lookup(const AttentionParams& params, DType dtype, Isa isa, int* tile_q, int* tile_kv);
+// The cached tiles of `version` for the shape class, if any.
+FA_API bool tuning_cache_lookup(Version version, const AttentionParams& params, DType dtype, Isa isa, int* tile_q,
+                                int* tile_kv);
 
 }  // namespace fa

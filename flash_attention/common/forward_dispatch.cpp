@@ -1,0 +1,308 @@
+// The forward dispatcher every version's entry point calls
+// (fa<N>/flash_attention_fa<N>.cpp): validates the call and what the
+// version offers, picks the kernel path (instruction set) and the tile plan,
+// allocates the per-thread scratch once, and hands a plain job description
+// to the path's KernelTable, which runs the version's loop (kernels/<isa>/,
+// compiled once per version); then combines split-KV partials.  Linked into
+// each version's library, whose kernel tables hold that version's loop.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <cmath>
+#include <limits>
+
+#include "../kernels/kernel_table.h"
+#include "dtype_convert.h"
+#include "flash_attention/flash_attention.h"
+#include "forward_dispatch.h"
+#include "thread_pool.h"
+#include "tile_config.h"
+#include "workspace_cache.h"
+
+namespace fa::detail {
+
+Status select_isa(const std::optional<Isa>& forced, Isa* chosen);
+
+namespace {
+
+struct Plan {
+  int tile_q, tile_kv, threads;
+  std::int64_t q_tiles;
+};
+
+// Tiles from the planner (it has checked them against the L2 budget).
+Plan make_plan(const AttentionParams& p, const TilePlan& tiles) {
+  Plan plan;
+  plan.tile_q = tiles.tile_q;
+  plan.tile_kv = tiles.tile_kv;
+  plan.threads = tiles.threads;
+  plan.q_tiles = (p.seq_q + plan.tile_q - 1) / plan.tile_q;
+  return plan;
+}
+
+// Split-KV combine: O = sum_s exp(lse_s - lse) O_s with lse = log sum_s
+// exp(lse_s), exact up to rounding; chunks that saw no key (lse_s = -inf)
+// drop out, and a row no chunk attended stays 0 with lse -inf.
+void combine_splits(const AttentionJob& job, const TilePlan& plan) {
+  const std::int64_t BH = job.batch * job.heads, Sq = job.seq_q, D = job.head_dim;
+  const std::size_t es = dtype_size(job.dtype);
+  constexpr std::int64_t kRowsPerItem = 16;
+  const std::int64_t row_blocks = (Sq + kRowsPerItem - 1) / kRowsPerItem;
+  ThreadPool::global().parallel_for(BH * row_blocks, plan.threads, [&](std::int64_t item, int) {
+    const std::int64_t bh = item / row_blocks, b = bh / job.heads, h = bh % job.heads;
+    const std::int64_t i_begin = (item % row_blocks) * kRowsPerItem;
+    const std::int64_t i_end = i_begin + kRowsPerItem < Sq ? i_begin + kRowsPerItem : Sq;
+    float acc[kMaxHeadDim];
+    for (std::int64_t i = i_begin; i < i_end; ++i) {
+      float m = -std::numeric_limits<float>::infinity();
+      for (int s = 0; s < job.num_splits; ++s) m = std::max(m, job.partial_lse[(s * BH + bh) * Sq + i]);
+      for (std::int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
+      float sum = 0.0f;
+      if (m != -std::numeric_limits<float>::infinity()) {
+        for (int s = 0; s < job.num_splits; ++s) {
+          const float lse_s = job.partial_lse[(s * BH + bh) * Sq + i];
+          if (lse_s == -std::numeric_limits<float>::infinity()) continue;
+          const float w = std::exp(lse_s - m);
+          sum += w;
+          const float* po = job.partial_o + ((s * BH + bh) * Sq + i) * D;
+          for (std::int64_t d = 0; d < D; ++d) acc[d] += w * po[d];
+        }
+      }
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      char* orow = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + i * job.o_strides[2]) * es;
+      for (std::int64_t d = 0; d < D; ++d) store_from_f32(orow, job.dtype, d, acc[d] * inv);
+      if (job.lse) job.lse[bh * Sq + i] = sum > 0.0f ? m + std::log(sum) : -std::numeric_limits<float>::infinity();
+    }
+  });
+}
+
+bool verbose() {
+  static const bool on = [] {
+    const char* v = std::getenv("FA_VERBOSE");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+// FA_STAGE_TIMING=1: where each call's tile-loop time goes, on stderr.
+bool stage_timing() {
+  static const bool on = [] {
+    const char* v = std::getenv("FA_STAGE_TIMING");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+void print_stage_times(Version version, const char* path, const std::uint64_t* cycles) {
+  static const char* const kNames[kStageCount] = {"Q+state", "K/V", "Q*K^T", "softmax",
+                                                          "rescale", "P*V", "epilogue"};
+  std::uint64_t total = 0;
+  for (int i = 0; i < kStageCount; ++i) total += cycles[i];
+  if (total == 0) {
+    std::fprintf(stderr, "%s_forward stages (%s): no tile-loop items (short Q tiles run the row path)\n",
+                 std::string(version_name(version)).c_str(), path);
+    return;
+  }
+  std::string line;
+  for (int i = 0; i < kStageCount; ++i) {
+    char part[48];
+    std::snprintf(part, sizeof part, "%s%s %.1f%%", i ? ", " : "", kNames[i], 100.0 * double(cycles[i]) / double(total));
+    line += part;
+  }
+  std::fprintf(stderr, "%s_forward stages (%s path tile loop, all threads): %s\n",
+               std::string(version_name(version)).c_str(), path, line.c_str());
+}
+
+
+// The job's shape and plan (what sizes its workspace), every other field
+// zero: run_forward fills in the tensors and options.
+AttentionJob planned_job(const AttentionParams& p, DType dtype, const Plan& plan, const TilePlan& tiles) {
+  AttentionJob job{};
+  job.dtype = dtype;
+  job.batch = p.batch;
+  job.seq_q = p.seq_q;
+  job.seq_kv = p.seq_kv;
+  job.heads = p.num_heads;
+  job.kv_group = p.num_heads / p.kv_heads();
+  job.head_dim = p.head_dim;
+  job.tile_q = plan.tile_q;
+  job.tile_kv = plan.tile_kv;
+  job.threads = plan.threads;
+  job.q_tiles = plan.q_tiles;
+  job.num_splits = tiles.num_splits;
+  job.split_keys = tiles.split_keys;
+  job.pack_group = tiles.pack_gqa;
+  job.kv_pack_tiles = (p.seq_kv + plan.tile_kv - 1) / plan.tile_kv;
+  job.async_prefetch = p.async_prefetch.value_or(kAsyncPrefetch);
+  return job;
+}
+
+// Bytes of the path's K/V packing shared by all items of a call (the pair
+// path: amx, and bf16 on avx512bf16), 0 when it has none or would not gain
+// from one; variable-length calls pack per item.
+std::size_t kv_pack_bytes(const KernelTable* table, const AttentionParams& p, const AttentionJob& job) {
+  return !p.cu_seqlens_q ? table->kv_pack_bytes(job) : 0;
+}
+
+// The kernel table of `isa` for `version`: this library's, which holds one
+// version's loop; any other version is refused (a caller mixing up entry
+// points and libraries).
+Status version_table(Version version, Isa isa, const KernelTable** table) {
+  *table = kernel_table(isa);
+  if ((*table)->version != version) {
+    return Status::Unsupported("this library runs the " + std::string(version_name((*table)->version)) +
+                               " loop, not " + std::string(version_name(version)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::size_t forward_workspace_bytes(Version version, const AttentionParams& p, DType dtype, int threads) {
+  Isa isa = Isa::kGeneric;
+  const KernelTable* table = nullptr;
+  TilePlan tiles;
+  if (!select_isa(p.isa, &isa).ok() || !version_table(version, isa, &table).ok() ||
+      !fa::plan(version, p, dtype, &tiles).ok()) {
+    return 0;
+  }
+  const Plan plan = make_plan(p, tiles);
+  const int n = threads > 0 ? threads : plan.threads;
+  const std::size_t partials = tiles.num_splits > 1 ? static_cast<std::size_t>(tiles.num_splits) *
+                                                          static_cast<std::size_t>(p.batch * p.num_heads * p.seq_q) *
+                                                          static_cast<std::size_t>(p.head_dim + 1)
+                                                    : 0;
+  const AttentionJob job = planned_job(p, dtype, plan, tiles);
+  return (table->workspace_floats(job) * static_cast<std::size_t>(n) + partials) * sizeof(float) +
+         kv_pack_bytes(table, p, job);
+}
+
+Status run_forward(Version version, const AttentionParams& p, const AttentionTensors& t) {
+  if (Status s = validate(p, t); !s.ok()) return s;
+  if (Status s = version_supports(version, p); !s.ok()) return s;
+  Isa isa;
+  if (Status s = select_isa(p.isa, &isa); !s.ok()) return s;
+  if (!detail::kMixedPrecisionSoftmax && t.q.dtype == DType::kF16 && isa != Isa::kAmx) {
+    return Status::Unsupported("FA_MIXED_PRECISION_SOFTMAX=OFF: the fp16 softmax needs a kernel path with "
+                               "AVX512-FP16 (amx), and the " + std::string(isa_name(isa)) +
+                               " path has none (rebuild with FA_MIXED_PRECISION_SOFTMAX=ON for an fp32 softmax)");
+  }
+  const KernelTable* table = nullptr;
+  if (Status s = version_table(version, isa, &table); !s.ok()) return s;
+  TilePlan tiles;
+  if (Status s = fa::plan(version, p, t.q.dtype, &tiles); !s.ok()) return s;
+  const Plan plan = make_plan(p, tiles);
+  AttentionJob job = planned_job(p, t.q.dtype, plan, tiles);
+
+  const std::size_t per_thread = table->workspace_floats(job);
+  const std::size_t scratch_floats = per_thread * static_cast<std::size_t>(plan.threads);
+  // Split-KV partials live after the per-thread scratch.
+  const std::size_t rows = static_cast<std::size_t>(p.batch * p.num_heads * p.seq_q);
+  const std::size_t partial_floats =
+      tiles.num_splits > 1 ? static_cast<std::size_t>(tiles.num_splits) * rows * (static_cast<std::size_t>(p.head_dim) + 1) : 0;
+  const std::size_t bytes = (scratch_floats + partial_floats) * sizeof(float);
+  const WorkspaceBlock scratch_block(bytes);
+  float* const scratch = static_cast<float*>(scratch_block.get());
+  if (!scratch) {
+    return Status::OutOfMemory(std::string(version_name(version)) + "_forward: could not allocate " +
+                               std::to_string(bytes) + " bytes of workspace");
+  }
+
+  job.q = t.q.data;
+  job.k = t.k.data;
+  job.v = t.v.data;
+  job.o = t.o.data;
+  job.lse = t.lse;
+  job.lse_strides[0] = p.num_heads * p.seq_q;
+  job.lse_strides[1] = p.seq_q;
+  job.mask = p.mask;
+  for (int a = 0; a < 3; ++a) {
+    job.q_strides[a] = t.q.strides[a];
+    job.k_strides[a] = t.k.strides[a];
+    job.v_strides[a] = t.v.strides[a];
+    job.o_strides[a] = t.o.strides[a];
+  }
+  job.scale_log2 = p.softmax_scale() * 1.4426950408889634f;
+  job.window = key_window(p);
+  job.sinks = p.sinks;
+  job.softcap_log2 = p.softcap * 1.4426950408889634f;
+  job.alibi_slopes = p.alibi_slopes;
+  job.bias = p.bias;
+  job.bias_head_stride = p.bias && p.bias_heads > 1 ? p.seq_q * p.seq_kv : 0;
+  job.dropout = dropout_of(p);
+  job.scratch = scratch;
+  job.per_thread_floats = per_thread;
+  job.partial_o = tiles.num_splits > 1 ? scratch + scratch_floats : nullptr;
+  job.partial_lse = tiles.num_splits > 1 ? job.partial_o + static_cast<std::size_t>(tiles.num_splits) * rows * p.head_dim : nullptr;
+  // The path's K/V packing shared by all items: one buffer per call, its
+  // states zeroed.  A call whose buffer cannot be had packs per item.
+  const std::size_t pack_bytes = kv_pack_bytes(table, p, job);
+  const WorkspaceBlock kv_pack = pack_bytes ? WorkspaceBlock(pack_bytes) : WorkspaceBlock();
+  if (kv_pack) {
+    const std::size_t slots = static_cast<std::size_t>(p.batch * p.kv_heads() * job.kv_pack_tiles);
+    const std::size_t state_bytes = (slots * sizeof(std::uint32_t) + 63) & ~std::size_t{63};
+    std::memset(kv_pack.get(), 0, state_bytes);
+    job.kv_pack_state = static_cast<std::uint32_t*>(kv_pack.get());
+    job.kv_pack = reinterpret_cast<std::uint16_t*>(static_cast<char*>(kv_pack.get()) + state_bytes);
+  }
+
+  if (verbose()) {
+    std::fprintf(stderr,
+                 "%s_forward: path=%s tile=%dx%d (%s, L2 working set %zu of %zu bytes) splits=%d gqa_pack=%d threads=%d items=%lld dtype=%s B=%lld Sq=%lld Skv=%lld H=%lld "
+                 "Hkv=%lld D=%lld window=%d mask=%d sinks=%d workspace=%zu bytes kv_pack=%zu bytes\n",
+                 std::string(version_name(version)).c_str(), table->name, plan.tile_q, plan.tile_kv, tiles.source.c_str(), tiles.working_set_bytes,
+                 tiles.limit_bytes, tiles.num_splits, tiles.pack_gqa, plan.threads,
+                 static_cast<long long>(tiles.work_items), std::string(dtype_name(job.dtype)).c_str(),
+                 static_cast<long long>(p.batch), static_cast<long long>(p.seq_q), static_cast<long long>(p.seq_kv),
+                 static_cast<long long>(p.num_heads), static_cast<long long>(p.kv_heads()),
+                 static_cast<long long>(p.head_dim), job.window.active ? 1 : 0, p.mask ? 1 : 0, p.sinks ? 1 : 0, bytes,
+                 kv_pack ? pack_bytes : std::size_t{0});
+  }
+  std::uint64_t stage_cycles[kStageCount] = {};
+  job.stage_cycles = stage_timing() ? stage_cycles : nullptr;
+  if (!p.cu_seqlens_q) {
+    table->run(&job, nullptr, 1);
+    if (job.num_splits > 1) combine_splits(job, tiles);
+    if (job.stage_cycles) print_stage_times(version, table->name, stage_cycles);
+    return Status::Ok();
+  }
+  // Variable-length: one job per sequence over its own rows of the packed
+  // tensors (no padding anywhere), all run in one parallel loop.
+  std::vector<AttentionJob> jobs;
+  std::vector<std::int64_t> ends;
+  jobs.reserve(static_cast<std::size_t>(p.batch));
+  std::int64_t total = 0;
+  const std::size_t es = dtype_size(job.dtype);
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const AttentionParams sp = sequence_params(p, b);
+    AttentionJob sj = job;
+    const std::int64_t q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_kv[b];
+    sj.q = static_cast<const char*>(t.q.data) + q0 * t.q.strides[2] * es;
+    sj.o = static_cast<char*>(t.o.data) + q0 * t.o.strides[2] * es;
+    sj.k = static_cast<const char*>(t.k.data) + k0 * t.k.strides[2] * es;
+    sj.v = static_cast<const char*>(t.v.data) + k0 * t.v.strides[2] * es;
+    sj.lse = t.lse ? t.lse + q0 : nullptr;
+    sj.lse_strides[0] = 0;
+    sj.lse_strides[1] = p.seq_q;  // [1, heads, total_q]
+    sj.batch = 1;
+    sj.seq_q = sp.seq_q;
+    sj.seq_kv = sp.seq_kv;
+    sj.window = key_window(sp);
+    sj.dropout = dropout_of(sp);
+    sj.q_tiles = (sp.seq_q + plan.tile_q - 1) / plan.tile_q;
+    sj.num_splits = 1;
+    sj.split_keys = sp.seq_kv > 0 ? sp.seq_kv : 1;
+    jobs.push_back(sj);
+    ends.push_back(total += table->items(sj));
+  }
+  if (total > 0) table->run(jobs.data(), ends.data(), jobs.size());
+  if (job.stage_cycles) print_stage_times(version, table->name, stage_cycles);
+  return Status::Ok();
+}
+
+}  // namespace fa::detail

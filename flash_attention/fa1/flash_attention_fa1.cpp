@@ -1,0 +1,17 @@
+// FlashAttention-1 (2022): the entry points of libflash_attention_fa1.so.  The call
+// itself is the shared dispatcher's (common/forward_dispatch.cpp); what is
+// FA1's own is its loop (fa1_mainloop.h), compiled into this library's
+// kernel tables, and its plan (common/tile_planner.cpp, Version::kFA1).
+#include "../common/forward_dispatch.h"
+
+namespace fa {
+
+Status fa1_forward(const AttentionParams& params, const AttentionTensors& tensors) {
+  return detail::run_forward(Version::kFA1, params, tensors);
+}
+
+std::size_t fa1_workspace_bytes(const AttentionParams& params, DType dtype, int threads) {
+  return detail::forward_workspace_bytes(Version::kFA1, params, dtype, threads);
+}
+
+}  // namespace fa

@@ -1,0 +1,111 @@
+// FlashAttention-2's loop order (Dao, 2023): the Q tile outer, the K/V
+// tiles inner, so each item's output and softmax state stay in the thread's
+// scratch (registers and L1/L2) from its first key to its last, the output
+// is divided by the row sum once, at the end, and the work is parallel over
+// (batch, head, Q tile) and, with split-KV, K/V chunks.
+//
+// Work item = (batch, head, Q tile).  The Q tile is kept transposed (Qᵀ,
+// [head_dim][tile_q]) so every step vectorizes over query rows:
+//   Sᵀ = K · Qᵀ                  [keys][rows]   (microkernel, K in a contiguous tile buffer)
+//   row max / exp2 / row sum     vertical over keys: one lane per query row,
+//                                no horizontal reductions anywhere
+//   Oᵀ = Oᵀ · diag(alpha) + Vᵀ · Pᵀ  [head_dim][rows] (same microkernel)
+// and the epilogue transposes Oᵀ back, divides by the row sum and converts.
+// Short Q tiles take the row path; bf16 (and fp16 on amx) take the pair
+// path where it fits (kernels/bf16_pair_path.h).
+//
+// Included by kernels/<isa>/kernels_<isa>.cpp (through
+// kernels/version_mainloop.h) inside the path's namespace.
+#pragma once
+
+#include "../kernels/engines.h"
+
+namespace fa::FA_KERNEL_NS {
+
+template <DType DT, bool kPrefetch>
+void run_tile(const AttentionJob& job, const Workspace& w, const TileItem& it) {
+  StageLaps laps(job.stage_cycles);
+  const int tkv = job.tile_kv;
+  const std::int64_t kv_end = it.kv_end;
+  load_q_transposed<DT>(job, it, w.qt);
+  init_tile_state(job, w, it);
+  laps.lap(kStageQ);
+
+  KeySpan span_buffer[kMaxRowVectors];
+  for (std::int64_t j0 = it.kv_begin; j0 < kv_end; j0 += tkv) {
+    const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
+    const KeySpan* spans = tile_key_spans(job, it, j0, cols, span_buffer);
+    // FA_ENABLE_ASYNC: the next tile's lines, streamed from inside the products.
+    KvLineStream next = kPrefetch ? next_kv_tile_lines<DT>(job, it.kbase, it.vbase, j0, kv_end) : KvLineStream{};
+    const KvTile kv = load_kv_tile<DT, false, /*kContiguous=*/true>(job, w, it.kbase, it.vbase, j0, cols, kv_end);
+    laps.lap(kStageKv);
+    tile_scores(job, w, it.nvec, kv, cols, spans, kPrefetch ? &next : nullptr);
+    laps.lap(kStageScores);
+    softmax_raw_tile<DT>(job, w, it, j0, cols);
+    laps.lap(kStageSoftmax);
+    tile_accumulate(job, w, it.nvec, kv, cols, spans, kPrefetch ? &next : nullptr);
+    next.issue(next.total_lines());  // what rounding left (none without FA_ENABLE_ASYNC)
+    laps.lap(kStagePv);
+  }
+
+  write_tile_outputs<DT>(job, w, it);
+  laps.finish(kStageEpilogue);
+}
+
+// One Q tile of an FA2 or FA3 item on the path its shape takes: the row path
+// for short tiles and packed GQA groups, the pair path where its engine
+// runs the dtype and the shape fits, else the vector tile loop `run_tile`.
+template <DType DT, bool kPrefetch>
+void run_q_tile(const AttentionJob& job, const Workspace& w, const TileItem& it) {
+  if (it.rows <= kRowPathMaxRows || job.pack_group > 1) {
+    run_rows<DT, kPrefetch>(job, w, it);
+    return;
+  }
+#if defined(FA_HAVE_BF16_PAIRS)
+  if constexpr (PairEngine::template kHandles<DT>) {
+    if (pair_tile_path_fits(job)) {
+      run_tile_pairs<DT, PairEngine>(job, w, it);
+      return;
+    }
+  }
+#endif
+  run_tile<DT, kPrefetch>(job, w, it);
+}
+
+// The workspace of one Q tile: the vector loop's, or the pair path's (which
+// adds P in bf16 pairs) on the paths that have one.
+inline std::size_t q_tile_workspace_floats(const AttentionJob& job) {
+  const int tq = job.tile_q, tkv = job.tile_kv, D = static_cast<int>(job.head_dim);
+#if defined(FA_HAVE_BF16_PAIRS)
+  return pair_workspace_floats(tq, tkv, D);
+#else
+  return Workspace::floats(tq, tkv, D);
+#endif
+}
+
+// K/V packed once per call for the pair path (0 elsewhere).
+inline std::size_t shared_kv_pack_bytes([[maybe_unused]] const AttentionJob& job) {
+#if defined(FA_HAVE_BF16_PAIRS)
+  return pair_kv_pack_bytes<PairEngine>(job);
+#else
+  return 0;
+#endif
+}
+
+struct Fa2Loop {
+  static constexpr Version kVersion = Version::kFA2;
+  static constexpr bool kAsync = true;
+  static std::size_t workspace_floats(const AttentionJob& job) { return q_tile_workspace_floats(job); }
+  static std::size_t kv_pack_bytes(const AttentionJob& job) { return shared_kv_pack_bytes(job); }
+  static std::int64_t items(const AttentionJob& job) { return grouped_items(job, 1); }
+  template <DType DT, bool kPrefetch>
+  static void run_item(const AttentionJob& job, std::int64_t item, float* scratch) {
+    const ItemCoords at = item_coords(job, item, 1);
+    const Workspace w = Workspace::carve(scratch, job.tile_q, job.tile_kv, static_cast<int>(job.head_dim));
+    run_q_tile<DT, kPrefetch>(job, w, tile_item(job, at.q_group, at.split, at.unit));
+  }
+};
+
+using VersionLoop = Fa2Loop;
+
+}  // namespace fa::FA_KERNEL_NS

@@ -1,0 +1,58 @@
+// The tile path's epilogue: O normalized by the row sums and written in the
+// caller's dtype and layout, the log-sum-exp, or a chunk's fp32 partials for
+// the split-KV combine.
+#pragma once
+
+#include "kv_tiles.h"
+#include "online_softmax.h"
+
+namespace fa::FA_KERNEL_NS {
+
+
+// The log-sum-exp of a tile's rows (natural log), when asked for.
+inline void write_tile_lse(const AttentionJob& job, const Workspace& w, const TileItem& it) {
+  if (!job.lse) return;
+  float* lse = job.lse + it.b * job.lse_strides[0] + it.h * job.lse_strides[1] + it.i0;
+  for (int r = 0; r < it.rows; ++r) lse[r] = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
+}
+
+// The tile path's epilogue: normalize once (a row that attended nothing
+// outputs zeros) and write O and the LSE, or a chunk's fp32 partials.
+template <DType DT>
+inline void write_tile_outputs(const AttentionJob& job, const Workspace& w, const TileItem& it) {
+  const int D = static_cast<int>(job.head_dim), tq = job.tile_q, rows = it.rows;
+  const std::int64_t b = it.b, h = it.h, split = it.split, i0 = it.i0;
+  const std::int64_t BH = job.batch * job.heads, bh = b * job.heads + h;
+  const std::size_t es = dtype_size(DT);
+  if (job.num_splits > 1) {  // a chunk's normalized fp32 partial, combined later
+    for (int r = 0; r < rows; ++r) w.alpha[r] = row_denominator(w.l[r]);
+    float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i0) * D;
+    for (int r0 = 0; r0 < rows; r0 += 16) {
+      const int r1 = r0 + 16 < rows ? r0 + 16 : rows;
+      for (int d0 = 0; d0 < D; d0 += 16) {
+        const int d1 = d0 + 16 < D ? d0 + 16 : D;
+        for (int r = r0; r < r1; ++r) {
+          for (int d = d0; d < d1; ++d) po[std::int64_t(r) * D + d] = w.ot[std::int64_t(d) * tq + r] / w.alpha[r];
+        }
+      }
+    }
+    float* plse = job.partial_lse + (split * BH + bh) * job.seq_q + i0;
+    for (int r = 0; r < rows; ++r) plse[r] = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
+    return;
+  }
+  char* obase = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + i0 * job.o_strides[2]) * es;
+  for (int r = 0; r < rows; ++r) w.alpha[r] = row_denominator(w.l[r]);  // alpha is free now
+  for (int r0 = 0; r0 < rows; r0 += 16) {
+    const int r1 = r0 + 16 < rows ? r0 + 16 : rows;
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      const int d1 = d0 + 16 < D ? d0 + 16 : D;
+      for (int r = r0; r < r1; ++r) {
+        const std::int64_t row = r * job.o_strides[2];
+        for (int d = d0; d < d1; ++d) store_scalar<DT>(obase, row + d, w.ot[std::int64_t(d) * tq + r] / w.alpha[r]);
+      }
+    }
+  }
+  write_tile_lse(job, w, it);
+}
+
+}  // namespace fa::FA_KERNEL_NS

@@ -1,0 +1,151 @@
+// K/V (and Q) tiles from the caller's tensors: loading in the caller's
+// dtype, widening to fp32, the contiguous tile buffers, and the next tile's
+// cache lines streamed into L2 (KvLineStream).
+#pragma once
+
+#include <cstring>
+
+#include "../common/dtype_convert.h"
+#include "tile_state.h"
+
+namespace fa::FA_KERNEL_NS {
+
+// The next K/V tile's cache lines, fetched a few at a time from inside this
+// tile's three long phases (Q·Kᵀ, softmax, P·V each issue a third of them,
+// a share per block or row step) instead of all at the tile's start: two
+// thousand prefetches in a row wait on the core's fill buffers just as the
+// loads they replace would, while spread over the compute their latency hides
+// behind it.  Into L2 (a tile is larger than L1): K rows first, then V.
+// The pair path always streams them; the vector paths' tile loop with
+// FA_ENABLE_ASYNC (its two products issue half each); the row path with
+// FA_ENABLE_ASYNC issues all of them at once, into L1 (load_kv_tile).
+struct KvLineStream {
+  const char* base[2] = {nullptr, nullptr};  // K, V
+  std::int64_t stride[2] = {0, 0};           // row strides in bytes
+  int rows = 0, lines_per_row = 0;
+  int part = 2, row = 0, line = 0;           // cursor; part 2 = done
+
+  int total_lines() const { return 2 * rows * lines_per_row; }
+  // Lines per step for a phase of `steps` steps that carries 1 / `phases`.
+  int per_step(int steps, int phases) const { return (total_lines() + phases * steps - 1) / (phases * steps); }
+  int third_per_step(int steps) const { return per_step(steps, 3); }
+  template <int kLocality = 2>
+  void issue(int n) {
+    for (; n > 0 && part < 2; --n) {
+      __builtin_prefetch(base[part] + row * stride[part] + line * 64, 0, kLocality);
+      if (++line == lines_per_row) {
+        line = 0;
+        if (++row == rows) {
+          row = 0;
+          ++part;
+        }
+      }
+    }
+  }
+};
+
+
+// Rows [0, rows) of a tile in the caller's dtype to fp32 [rows][D].
+template <DType DT>
+inline void load_tile(const void* src, std::int64_t row_stride, int rows, int D, float* dst) {
+  for (int r = 0; r < rows; ++r) {
+    float* out = dst + std::int64_t(r) * D;
+    if constexpr (DT == DType::kF32) {
+      std::memcpy(out, static_cast<const float*>(src) + r * row_stride, sizeof(float) * D);
+    } else {
+      const auto* in = static_cast<const std::uint16_t*>(src) + r * row_stride;
+#if defined(FA_HAVE_SIMD_CONVERT)
+      if constexpr (DT == DType::kF16) convert_f16(in, out, D); else convert_bf16(in, out, D);
+#else
+      for (int d = 0; d < D; ++d) out[d] = DT == DType::kF16 ? detail::f16_to_f32(in[d]) : detail::bf16_to_f32(in[d]);
+#endif
+    }
+  }
+}
+
+template <DType DT>
+inline float load_scalar(const void* base, std::int64_t i) {
+  if constexpr (DT == DType::kF32) return static_cast<const float*>(base)[i];
+  else if constexpr (DT == DType::kF16) return detail::f16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
+  else return detail::bf16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
+}
+
+template <DType DT>
+inline void store_scalar(void* base, std::int64_t i, float x) {
+  if constexpr (DT == DType::kF32) static_cast<float*>(base)[i] = x;
+  else if constexpr (DT == DType::kF16) static_cast<std::uint16_t*>(base)[i] = detail::f32_to_f16(x);
+  else static_cast<std::uint16_t*>(base)[i] = detail::f32_to_bf16(x);
+}
+
+
+// One K/V tile as fp32 rows: widened into the thread's buffers for 16-bit
+// inputs; for fp32 inputs copied there too on the tile path (kContiguous:
+// the microkernels then read rows D floats apart instead of a whole token
+// apart, measured 5-7% faster at B1 S4096 H8 D128, docs/PERF.md) and read
+// in place on the row path (decoding reads each element once, so a copy
+// would only add a pass).  kPrefetch (FA_ENABLE_ASYNC on the row path): the
+// next tile's rows are prefetched first, all at once, so their loads
+// overlap this tile's work (the tile path streams them instead).
+struct KvTile {
+  const float* k;
+  const float* v;
+  std::int64_t ldk, ldv;
+};
+
+template <DType DT>
+inline KvLineStream next_kv_tile_lines(const AttentionJob& job, const char* kbase, const char* vbase, std::int64_t j0,
+                                       std::int64_t kv_end) {
+  KvLineStream s;
+  const std::int64_t j1 = j0 + job.tile_kv;
+  if (j1 >= kv_end) return s;
+  const std::int64_t es = static_cast<std::int64_t>(dtype_size(DT));
+  s.base[0] = kbase + j1 * job.k_strides[2] * es;
+  s.base[1] = vbase + j1 * job.v_strides[2] * es;
+  s.stride[0] = job.k_strides[2] * es;
+  s.stride[1] = job.v_strides[2] * es;
+  s.rows = static_cast<int>(kv_end - j1 < job.tile_kv ? kv_end - j1 : job.tile_kv);
+  s.lines_per_row = static_cast<int>((job.head_dim * es + 63) / 64);
+  s.part = 0;
+  return s;
+}
+
+template <DType DT, bool kPrefetch, bool kContiguous = false>
+inline KvTile load_kv_tile(const AttentionJob& job, const Workspace& w, const char* kbase, const char* vbase, std::int64_t j0,
+                           int cols, std::int64_t kv_end) {
+  const int D = static_cast<int>(job.head_dim);
+  const std::size_t es = dtype_size(DT);
+  const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
+  if constexpr (kPrefetch) {  // FA_ENABLE_ASYNC: the next tile's rows, all at once
+    KvLineStream next = next_kv_tile_lines<DT>(job, kbase, vbase, j0, kv_end);
+    next.issue<3>(next.total_lines());
+  }
+  if constexpr (DT == DType::kF32 && !kContiguous) {
+    return {reinterpret_cast<const float*>(kbase) + j0 * ks, reinterpret_cast<const float*>(vbase) + j0 * vs, ks, vs};
+  } else {
+    load_tile<DT>(kbase + j0 * ks * es, ks, cols, D, w.kbuf);
+    load_tile<DT>(vbase + j0 * vs * es, vs, cols, D, w.vbuf);
+    return {w.kbuf, w.vbuf, D, D};
+  }
+}
+
+
+// Qᵀ [D][tile_q] of an item's rows as given (the softmax applies the scale);
+// the lanes from `rows` to the end of the last row vector are zero.
+// Transposed in 16 x 16 blocks so every cache line written is filled.
+template <DType DT>
+inline void load_q_transposed(const AttentionJob& job, const TileItem& it, float* qt) {
+  const int D = static_cast<int>(job.head_dim), tq = job.tile_q, rows = it.rows, width = it.nvec * Vec::W;
+  for (int r0 = 0; r0 < width; r0 += 16) {
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      const int r1 = r0 + 16 < rows ? r0 + 16 : rows, d1 = d0 + 16 < D ? d0 + 16 : D;
+      for (int r = r0; r < r1; ++r) {
+        for (int d = d0; d < d1; ++d) qt[std::int64_t(d) * tq + r] = load_scalar<DT>(it.qbase, r * job.q_strides[2] + d);
+      }
+      for (int r = r1 > r0 ? r1 : r0; r < r0 + 16 && r < width; ++r) {
+        for (int d = d0; d < d1; ++d) qt[std::int64_t(d) * tq + r] = 0.0f;
+      }
+    }
+  }
+}
+
+}  // namespace fa::FA_KERNEL_NS

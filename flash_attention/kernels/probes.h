@@ -1,0 +1,61 @@
+// Measurements of the path's own units, for the benchmark's Utilization
+// line and the tests: the vector FMA peak on one thread, and the softmax's
+// exp2 over an array.
+#pragma once
+
+#include <ctime>
+
+#include "tile_state.h"
+
+namespace fa::FA_KERNEL_NS {
+
+// Runs `body` (`inner` times per clock check) for about `seconds`; returns
+// the calls per second.  The loop of the peak probes (FMA here, AMX in
+// amx_tile_path.h).
+template <class Body>
+inline double calls_per_second(double seconds, long inner, Body&& body) {
+  long calls = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  double elapsed = 0.0;
+  do {
+    for (long k = 0; k < inner; ++k) body();
+    calls += inner;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    elapsed = double(t1.tv_sec - t0.tv_sec) + 1e-9 * double(t1.tv_nsec - t0.tv_nsec);
+  } while (elapsed < seconds);
+  return double(calls) / elapsed;
+}
+
+inline void exp2_array(const float* in, float* out, int n) {
+  int i = 0;
+  for (; i + Vec::W <= n; i += Vec::W) Vec::store(out + i, Vec::exp2(Vec::load(in + i)));
+  if (i < n) {
+    float buf[Vec::W] = {};
+    for (int k = 0; k < n - i; ++k) buf[k] = in[i + k];
+    Vec::store(buf, Vec::exp2(Vec::load(buf)));
+    for (int k = 0; k < n - i; ++k) out[i + k] = buf[k];
+  }
+}
+
+// Independent FMA chains (more than the FMA latency x pipes) on registers:
+// the vector unit's peak on this thread.
+// noinline: compiled on its own, so the chains stay in registers whatever the caller.
+[[gnu::noinline]] inline double fma_peak_one_thread(double seconds) {
+  using T = typename Vec::T;
+  constexpr int kChains = 12;  // > FMA latency x pipes, and fits 16 registers with the two constants
+  T acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = Vec::set1(1.0f + i * 1e-3f);
+  const T mul = Vec::set1(0.999999f), add = Vec::set1(1e-7f);
+  const double rate = calls_per_second(seconds, 4096, [&] {
+    for (int i = 0; i < kChains; ++i) acc[i] = Vec::fmadd(acc[i], mul, add);
+  });
+  float sink[Vec::W];
+  T total = acc[0];
+  for (int i = 1; i < kChains; ++i) total = Vec::add(total, acc[i]);
+  Vec::store(sink, total);
+  __asm__ volatile("" : : "r"(sink) : "memory");
+  return 2.0 * Vec::W * kChains * rate / 1e9;
+}
+
+}  // namespace fa::FA_KERNEL_NS

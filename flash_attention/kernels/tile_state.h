@@ -1,0 +1,72 @@
+// The data every tile loop works on: the thread's scratch (Workspace), one
+// work item's rows and keys (TileItem), and the keys a block of query rows
+// may attend on a tile crossing its window (KeySpan).
+//
+// Like every header of kernels/ included by a version's mainloop, this one is
+// compiled inside the path's namespace fa::FA_KERNEL_NS (the path's
+// vec_<isa>.h first), so no inline symbol is shared between translation
+// units built with different instruction-set flags.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernel_table.h"
+
+namespace fa::FA_KERNEL_NS {
+
+using detail::AttentionJob;
+
+inline constexpr float kNegInf = -__builtin_inff();
+inline constexpr float kLn2 = 0.69314718055994531f;
+
+inline std::size_t pad16(std::size_t n) { return (n + 15) & ~std::size_t{15}; }
+
+// Per-thread scratch, in floats.
+struct Workspace {
+  float* qt;     // [D][tile_q]      Qᵀ as given (the scale is applied to the scores)
+  float* kbuf;   // [tile_kv][D]     K tile as fp32 (fp16/bf16 inputs)
+  float* vbuf;   // [tile_kv][D]     V tile as fp32
+  float* st;     // [tile_kv][tile_q] Sᵀ, then Pᵀ
+  float* ot;     // [D][tile_q]      Oᵀ accumulator
+  float* m;      // [tile_q] running row max (log2 units)
+  float* l;      // [tile_q] running row sum
+  float* alpha;  // [tile_q] rescale factor of the current tile
+
+  static std::size_t floats(int tq, int tkv, int D) {
+    return pad16(std::size_t(D) * tq) * 2 + pad16(std::size_t(tkv) * D) * 2 + pad16(std::size_t(tkv) * tq) +
+           pad16(tq) * 3;
+  }
+  static Workspace carve(float* p, int tq, int tkv, int D) {
+    Workspace w;
+    w.qt = p;    p += pad16(std::size_t(D) * tq);
+    w.kbuf = p;  p += pad16(std::size_t(tkv) * D);
+    w.vbuf = p;  p += pad16(std::size_t(tkv) * D);
+    w.st = p;    p += pad16(std::size_t(tkv) * tq);
+    w.ot = p;    p += pad16(std::size_t(D) * tq);
+    w.m = p;     p += pad16(tq);
+    w.l = p;     p += pad16(tq);
+    w.alpha = p;
+    return w;
+  }
+};
+
+
+// Keys [begin, end) of a K/V tile (relative to its first key) that one
+// vector of query rows may attend (tile_key_spans).
+struct KeySpan {
+  int begin, end;
+};
+inline constexpr int kMaxRowVectors = 512 / Vec::W;  // tile_q <= 512
+
+
+// One (batch, head, Q tile) item on the tile path, whose keys and query rows
+// the caller resolved.
+struct TileItem {
+  std::int64_t b, h, bh, split, i0, kv_begin, kv_end;
+  int rows, nvec;  // query rows, and the row vectors in use (rows rounded up to Vec::W)
+  const char *qbase, *kbase, *vbase;  // Q at the tile's first row; K and V at the head's first key
+};
+
+}  // namespace fa::FA_KERNEL_NS
