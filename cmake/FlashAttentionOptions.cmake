@@ -16,8 +16,8 @@ option(FA_AMX_EMULATION "Run the amx path's tile instructions as plain C++ (test
 option(ENABLE_BENCHMARK "Build the <version>_benchmark programs" ON)
 option(ENABLE_TESTS "Build the <version>_test programs and the CTest suite" ON)
 
-# Versions whose code exists.  FA1 and FA3 arrive later.
-set(FA_IMPLEMENTED_VERSIONS 2)
+# Versions whose code exists.  FA3 arrives later.
+set(FA_IMPLEMENTED_VERSIONS 1 2)
 
 function(fa_fail option value expected)
   message(FATAL_ERROR "${option}=${value} is not valid: expected ${expected}")
@@ -33,8 +33,9 @@ if(FLASH_ATTENTION_VERSION STREQUAL "all")
   set(FA_VERSIONS ${FA_IMPLEMENTED_VERSIONS})
 elseif(FLASH_ATTENTION_VERSION MATCHES "^[123]$")
   if(NOT FLASH_ATTENTION_VERSION IN_LIST FA_IMPLEMENTED_VERSIONS)
+    string(REPLACE ";" ", " valid "${FA_IMPLEMENTED_VERSIONS}")
     message(FATAL_ERROR "FLASH_ATTENTION_VERSION=${FLASH_ATTENTION_VERSION}: FlashAttention-v"
-                        "${FLASH_ATTENTION_VERSION} is not implemented yet; valid now: 2 or all")
+                        "${FLASH_ATTENTION_VERSION} is not implemented yet; valid now: ${valid} or all")
   endif()
   set(FA_VERSIONS ${FLASH_ATTENTION_VERSION})
 else()
@@ -135,5 +136,8 @@ endif()
 
 message(STATUS "FlashAttention Version: ${FLASH_ATTENTION_VERSION} (building: ${FA_VERSIONS})")
 message(STATUS "FA Tile Config: Q=${FA_TILE_Q}, KV=${FA_TILE_KV}")
+if("1" IN_LIST FA_VERSIONS AND (NOT FA_TILE_Q STREQUAL "auto" OR NOT FA_TILE_KV STREQUAL "auto"))
+  message(STATUS "FA1 runs its fixed 64x64 tiles: FA_TILE_Q and FA_TILE_KV apply to FA2 and FA3")
+endif()
 message(STATUS "FA Async Prefetch: ${FA_ENABLE_ASYNC}")
 message(STATUS "FA Target: ${FA_TARGET} (kernel paths: ${FA_KERNEL_PATHS})")

@@ -61,6 +61,8 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"tile-q", K::kString, "N|auto", "Q tile rows, a power of two from 16 to 512, or auto (default: FA_TILE_Q)"},
       {"tile-kv", K::kString, "N|auto", "K/V tile rows, a power of two from 16 to 512, or auto (default: FA_TILE_KV)"},
       {"threads", K::kInt, "N", "threads (default: every core this process may use, capped by FA_MAX_THREADS)"},
+      {"async", K::kBool, "", "prefetch the next K/V tile while computing the current one (FA2, FA3; default: FA_ENABLE_ASYNC)"},
+      {"no-async", K::kBool, "", "no next-tile prefetch, whatever FA_ENABLE_ASYNC says"},
       {"num-splits", K::kString, "N|auto", "split-KV chunks: 1 = unsplit, N, or auto (default: auto with FA_SPLIT_ENABLE=ON, else 1)"},
       {"seed", K::kInt, "N", "seed of the random inputs used when no input files are given (default 1)"},
       {"isa", K::kString, "generic|avx2|avx512|avx512bf16|amx", "kernel path (default: FA_ISA, else the fastest this CPU runs)"},
@@ -286,6 +288,9 @@ Options read_options(const Args& a) {
     p.num_splits = a.str("num-splits") == "auto" ? fa::kSplitsAuto
                                                  : static_cast<int>(a.integer("num-splits", 1, 1, fa::kMaxSplits));
   }
+  if (a.flag("async") && a.flag("no-async")) throw UsageError("--async and --no-async disagree (give one)");
+  if (a.flag("async")) p.async_prefetch = true;
+  if (a.flag("no-async")) p.async_prefetch = false;
   o.seed = static_cast<std::uint64_t>(a.integer("seed", 1, 0, std::numeric_limits<std::int64_t>::max()));
   o.input_q = a.str("input-q");
   o.input_k = a.str("input-k");
@@ -612,21 +617,24 @@ int run(int argc, char** argv) {
   }
   if (!o.output.empty()) fa::cli::write_atomic(o.output, os[0].data(), q_bytes, "output");
 
+  // The prefetch the call ran with (FA1 has none).
+  const bool async_prefetch =
+      fa::cli::kVersion != fa::Version::kFA1 && p.async_prefetch.value_or(fa::default_async_prefetch());
   const double utilization = peak_gflops > 0 ? 100.0 * tflops * 1e3 / peak_gflops : 0.0;
   const int tq = plan.tile_q, tkv = plan.tile_kv;
-  char line[512];
+  char line[1024];
   if (o.json) {
     std::snprintf(line, sizeof line,
                   "{\"version\": \"%s\", \"batch\": %lld, \"seq_q\": %lld, \"seq_kv\": %lld, \"num_heads\": %lld, "
                   "\"num_kv_heads\": %lld, \"head_dim\": %lld, \"dtype\": \"%s\", \"layout\": \"%s\", "
                   "\"causal\": %s, \"mask\": %s, \"tile_q\": %d, \"tile_kv\": %d, \"tile_source\": \"%s\", "
                   "\"l2_working_set_bytes\": %zu, \"l2_limit_bytes\": %zu, \"threads\": %d, \"core_occupancy_percent\": %.1f, \"num_splits\": %d, "
-                  "\"kernel\": \"%s\", ",
+                  "\"async_prefetch\": %s, \"kernel\": \"%s\", ",
                   fa::cli::kVersionTag, (long long)p.batch, (long long)Sq, (long long)Skv, (long long)H, (long long)Hkv,
                   (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(),
                   std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
                   p.mask ? "true" : "false", tq, tkv, plan.source.c_str(), plan.working_set_bytes, plan.limit_bytes,
-                  used_threads, 100.0 * plan.occupancy, plan.num_splits,
+                  used_threads, 100.0 * plan.occupancy, plan.num_splits, async_prefetch ? "true" : "false",
                   kernel_id(isa, matrix).c_str());
     std::cout << line;
     std::snprintf(line, sizeof line,
@@ -651,6 +659,11 @@ int run(int argc, char** argv) {
     std::cout << "}\n";
   } else {
     std::cout << fa::cli::kVersionTitle << " benchmark (" << fa::cli::kVersionTag << ")\n";
+    // FA1 had no asynchronous prefetch: say so rather than drop the request silently.
+    if (fa::cli::kVersion == fa::Version::kFA1 && p.async_prefetch.value_or(fa::default_async_prefetch())) {
+      std::cout << "Note: FA1 has no asynchronous K/V prefetch; " << (p.async_prefetch ? "--async" : "FA_ENABLE_ASYNC=ON")
+                << " ignored\n";
+    }
     std::cout << "Config: batch=" << p.batch << " seq_q=" << Sq << " seq_kv=" << Skv << " heads=" << H
               << " kv_heads=" << Hkv << " head_dim=" << D << " dtype=" << fa::dtype_name(o.dtype)
               << " layout=" << fa::layout_name(o.layout) << " mask=" << mask_note

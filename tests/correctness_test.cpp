@@ -245,6 +245,18 @@ int run(int argc, char** argv) {
     for (CaseSpec c : build_matrix(dtype, quick)) {
       c.seed = ++case_seed;
       c.params.isa = isa;
+      // FA1 runs its fixed 64 x 64 tiles (0 = the version's default) on the
+      // same shapes and features; what it does not offer (varlen, split-KV,
+      // sinks) must be refused, cleanly, before any data is touched.
+      if (fa::cli::kVersion == fa::Version::kFA1) c.params.tile_q = c.params.tile_kv = 0;
+      if (const fa::Status lacks = fa::cli::case_supported(fa::cli::kVersion, c); !lacks.ok()) {
+        const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
+        const bool ok = r.status.code() == fa::StatusCode::kUnsupported && r.status.message() == lacks.message();
+        (ok ? passed : failed)++;
+        std::printf("[%s] %s  refused: %s\n", ok ? "PASS" : "FAIL", fa::cli::describe(c).c_str(),
+                    r.status.ok() ? "(ran instead)" : r.status.message().c_str());
+        continue;
+      }
       // A plan beyond this CPU's L2 budget is refused by design (the planner
       // has its own tests); such a case is skipped here, not failed.
       fa::TilePlan plan;

@@ -93,6 +93,7 @@ int default_thread_count() {
 int default_tile_q() { return detail::kDefaultTileQ; }
 int default_tile_kv() { return detail::kDefaultTileKv; }
 bool mixed_precision_softmax() { return detail::kMixedPrecisionSoftmax; }
+bool default_async_prefetch() { return detail::kAsyncPrefetch; }
 
 namespace detail {
 

@@ -18,8 +18,9 @@ inline void write_tile_lse(const AttentionJob& job, const Workspace& w, const Ti
 
 // The tile path's epilogue: normalize once (a row that attended nothing
 // outputs zeros) and write O and the LSE, or a chunk's fp32 partials.
+// `normalized`: Oᵀ is already divided by the row sums (FA1 keeps it so).
 template <DType DT>
-inline void write_tile_outputs(const AttentionJob& job, const Workspace& w, const TileItem& it) {
+inline void write_tile_outputs(const AttentionJob& job, const Workspace& w, const TileItem& it, bool normalized = false) {
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, rows = it.rows;
   const std::int64_t b = it.b, h = it.h, split = it.split, i0 = it.i0;
   const std::int64_t BH = job.batch * job.heads, bh = b * job.heads + h;
@@ -41,7 +42,7 @@ inline void write_tile_outputs(const AttentionJob& job, const Workspace& w, cons
     return;
   }
   char* obase = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + i0 * job.o_strides[2]) * es;
-  for (int r = 0; r < rows; ++r) w.alpha[r] = row_denominator(w.l[r]);  // alpha is free now
+  for (int r = 0; r < rows; ++r) w.alpha[r] = normalized ? 1.0f : row_denominator(w.l[r]);  // alpha is free now
   for (int r0 = 0; r0 < rows; r0 += 16) {
     const int r1 = r0 + 16 < rows ? r0 + 16 : rows;
     for (int d0 = 0; d0 < D; d0 += 16) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One bad-input case of a command-line tool, run as its own CTest.
 
-  bad_input_test.py BENCHMARK_BINARY CASE      (or --list)
+  bad_input_test.py BENCHMARK_BINARY CASE      (or --list fa1|fa2|fa3)
 
 Each case must exit with status 2, print one line on stderr naming the flag
 and what was expected, print nothing that looks like a result, and leave no
@@ -68,11 +68,34 @@ CASES = {
     "bad_scale": (lambda d: ["--scale=-1"], "--scale"),
     "shape_too_large": (lambda d: ["--batch-size=4096", "--seq-q=1048576", "--num-heads=64", "--head-dim=128"],
                         "memory is available"),
+    "async_and_no_async": (lambda d: ["--async", "--no-async"], "--async and --no-async disagree"),
+}
+
+# What FA1 does not offer: refused by fa1_benchmark (and only there).
+FA1_CASES = {
+    "fa1_tile_not_64": (lambda d: ["--tile-q=128", "--tile-kv=64"], "FlashAttention-1 runs 64x64 tiles only"),
+    "fa1_split_kv": (lambda d: ["--num-splits=2"], "FlashAttention-1 does not offer split-KV"),
+    "fa1_sinks": (lambda d: ["--sinks=0.5"], "FlashAttention-1 does not offer attention sinks"),
+    "fa1_varlen": (lambda d: ["--layout=TND", "--cu-seqlens-q=0,10,30", "--cu-seqlens-kv=0,10,30"],
+                   "FlashAttention-1 does not offer variable-length sequences"),
+}
+# A version's own expectation where the shared case meets its refusal first.
+VERSION_EXPECTED = {
+    ("fa1", "tiles_exceed_l2"): "FlashAttention-1 runs 64x64 tiles only",
 }
 
 
+def version_of(binary):
+    return os.path.basename(binary).split("_")[0]
+
+
+def cases_for(version):
+    return {**CASES, **(FA1_CASES if version == "fa1" else {})}
+
+
 def run_case(binary, name):
-    make_args, expected = CASES[name]
+    make_args, expected = cases_for(version_of(binary))[name]
+    expected = VERSION_EXPECTED.get((version_of(binary), name), expected)
     with tempfile.TemporaryDirectory() as d:
         out_path = os.path.join(d, "out", "output_attention.bin")
         os.makedirs(os.path.dirname(out_path))
@@ -100,11 +123,11 @@ def run_case(binary, name):
 
 
 def main():
-    if len(sys.argv) == 2 and sys.argv[1] == "--list":
-        print(";".join(CASES))
+    if len(sys.argv) == 3 and sys.argv[1] == "--list":  # --list VERSION (fa1, fa2, fa3)
+        print(";".join(cases_for(sys.argv[2])))
         return 0
-    if len(sys.argv) != 3 or sys.argv[2] not in CASES:
-        print(f"usage: {sys.argv[0]} BINARY CASE  (cases: {', '.join(CASES)})", file=sys.stderr)
+    if len(sys.argv) != 3 or sys.argv[2] not in cases_for(version_of(sys.argv[1])):
+        print(f"usage: {sys.argv[0]} BINARY CASE  (or --list VERSION)", file=sys.stderr)
         return 2
     return run_case(sys.argv[1], sys.argv[2])
 

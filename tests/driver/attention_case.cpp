@@ -73,6 +73,15 @@ std::string describe(const CaseSpec& s) {
   return out.str();
 }
 
+Status case_supported(Version version, const CaseSpec& spec) {
+  AttentionParams p = spec.params;
+  static const std::int32_t stand_in[1] = {0};  // only tested for presence
+  static const float sink_stand_in[1] = {0.0f};
+  if (!spec.seq_lens_q.empty()) p.cu_seqlens_q = p.cu_seqlens_kv = stand_in;
+  if (spec.with_sinks) p.sinks = sink_stand_in;
+  return version_supports(version, p);
+}
+
 CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
   AttentionParams p = spec.params;
   const bool varlen = !spec.seq_lens_q.empty();

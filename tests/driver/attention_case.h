@@ -60,4 +60,8 @@ std::string describe(const CaseSpec& spec);
 
 CaseResult run_case(const CaseSpec& spec, ForwardFn forward);
 
+// Whether `version` offers what the case asks for (version_supports on the
+// call run_case would make: varlen and sinks included).
+Status case_supported(Version version, const CaseSpec& spec);
+
 }  // namespace fa::cli

@@ -168,7 +168,7 @@ TEST_F(ApiValidation, BadVariableLengths) {
 TEST_F(ApiValidation, WorkspaceIsKeptForReuseAndReleased) {
   ASSERT_TRUE(fa::cli::kForward(p, t).ok());
   const std::vector<float> first = o;
-  EXPECT_GE(fa::cached_workspace_bytes(), fa::fa2_workspace_bytes(p, fa::DType::kF32, 1));
+  EXPECT_GE(fa::cached_workspace_bytes(), fa::cli::version_workspace_bytes(p, fa::DType::kF32, 1));
   fa::release_cached_workspace();
   EXPECT_EQ(fa::cached_workspace_bytes(), 0u);
   o.assign(o.size(), 0.0f);

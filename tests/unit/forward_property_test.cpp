@@ -84,11 +84,22 @@ const auto kDtypes = ::testing::Values(DType::kF32, DType::kF16, DType::kBF16);
 
 class RandomShapes : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, int>> {};
 
-// Runs a case on `isa` and checks it against the float64 reference.
+constexpr bool kFa1 = fa::cli::kVersion == fa::Version::kFA1;
+
+// Runs a case on `isa` and checks it against the float64 reference.  FA1
+// runs its fixed tiles (0: the version's default) on the same case, and must
+// refuse, cleanly, what it does not offer.
 void expect_matches_reference(CaseSpec c, fa::Isa isa) {
   c.params.isa = isa;
+  if (kFa1) c.params.tile_q = c.params.tile_kv = 0;
+  if (const fa::Status lacks = fa::cli::case_supported(fa::cli::kVersion, c); !lacks.ok()) {
+    const fa::Status s = fa::cli::run_case(c, fa::cli::kForward).status;
+    EXPECT_EQ(s.code(), fa::StatusCode::kUnsupported) << s.message();
+    EXPECT_EQ(s.message(), lacks.message());
+    return;
+  }
   fa::TilePlan plan;
-  if (const fa::Status s = fa::fa2_plan(c.params, c.dtype, &plan); !s.ok()) {
+  if (const fa::Status s = fa::plan(fa::cli::kVersion, c.params, c.dtype, &plan); !s.ok()) {
     // Beyond this CPU's L2 budget: the call must refuse it the same way.
     EXPECT_NE(s.message().find("Error: Resource usage exceeds device limit."), std::string::npos) << s.message();
     EXPECT_FALSE(fa::cli::run_case(c, fa::cli::kForward).status.ok());
@@ -161,6 +172,7 @@ class SharedKvPacking : public ::testing::TestWithParam<std::tuple<PairPathCase,
 TEST_P(SharedKvPacking, MatchesFloat64Reference) {
   const auto [path, mask, threads] = GetParam();
   SKIP_UNLESS_AVAILABLE(path.isa);
+  if (kFa1) GTEST_SKIP() << "FA1 runs the vector loop on every path: no pair path, no shared packing";
   CaseSpec c;
   c.dtype = path.dtype;
   c.mask = mask;
@@ -178,7 +190,7 @@ TEST_P(SharedKvPacking, MatchesFloat64Reference) {
   p.isa = path.isa;
   ASSERT_TRUE(fa::uses_matrix_unit(path.isa, path.dtype, p.head_dim));
   const std::size_t kv_bytes = std::size_t(p.batch * p.num_kv_heads * 6 * 64 * p.head_dim) * 2 * 2;
-  const std::size_t one = fa::fa2_workspace_bytes(p, path.dtype, 1), two = fa::fa2_workspace_bytes(p, path.dtype, 2);
+  const std::size_t one = fa::cli::version_workspace_bytes(p, path.dtype, 1), two = fa::cli::version_workspace_bytes(p, path.dtype, 2);
   EXPECT_GE(one - (two - one), kv_bytes);  // what is not per thread
   expect_matches_reference(c, path.isa);
 }
@@ -276,6 +288,7 @@ ForwardRun run_forward(fa::AttentionParams p, fa::Isa isa, DType dtype, std::vec
   t.v = fa::make_view(vb.data(), dtype, Layout::kBSH, p.batch, p.kv_heads(), p.seq_kv, p.head_dim);
   t.o = fa::make_view(ob.data(), dtype, Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
   p.isa = isa;
+  if (kFa1) p.tile_q = p.tile_kv = 0;  // its fixed 64 x 64
   ForwardRun r;
   r.lse.assign(static_cast<std::size_t>(p.batch * p.num_heads * p.seq_q), 0.0f);
   t.lse = r.lse.data();
@@ -447,9 +460,14 @@ TEST_P(EdgeCases, SplitMatchesUnsplitForEveryMaskMode) {
     c.params.tile_kv = 32;
     c.params.threads = 3;
     c.params.isa = isa();
+    if (kFa1) c.params.tile_q = c.params.tile_kv = 0;
     for (int splits : {1, 2, 5, 13}) {
       c.params.num_splits = splits;
       const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
+      if (kFa1 && splits > 1) {  // FA1 has no split-KV: refused, not ignored
+        EXPECT_EQ(r.status.code(), fa::StatusCode::kUnsupported) << r.status.message();
+        continue;
+      }
       ASSERT_TRUE(r.status.ok()) << r.status.message();
       EXPECT_EQ(r.nonfinite, 0);
       EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(dtype())) << fa::cli::describe(c);
@@ -477,9 +495,9 @@ TEST_P(EdgeCases, DropoutIsIndependentOfThreadsTilesAndSplits) {
   // elements did not move.
   for (auto [threads, tq, tkv, splits] : {std::tuple{1, 16, 16, 1}, {3, 64, 32, 1}, {2, 32, 16, 3}}) {
     c.params.threads = threads;
-    c.params.tile_q = tq;
-    c.params.tile_kv = tkv;
-    c.params.num_splits = splits;
+    c.params.tile_q = kFa1 ? 0 : tq;  // FA1: its own tiles, no split-KV
+    c.params.tile_kv = kFa1 ? 0 : tkv;
+    c.params.num_splits = kFa1 ? 1 : splits;
     const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
     ASSERT_TRUE(r.status.ok()) << r.status.message();
     EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(dtype())) << fa::cli::describe(c);
@@ -510,13 +528,18 @@ TEST_P(EdgeCases, SplitPlanIsWholeTilesAndCoversTheKeys) {
   p.isa = isa();
   p.num_splits = fa::kSplitsAuto;
   fa::TilePlan plan;
-  ASSERT_TRUE(fa::fa2_plan(p, dtype(), &plan).ok());
+  if (kFa1) p.tile_kv = 0;
+  ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok());
+  if (kFa1) {
+    EXPECT_EQ(plan.num_splits, 1) << "FA1 never splits";
+    return;
+  }
   EXPECT_GT(plan.num_splits, 1) << "one query row, one head: auto must split";
   EXPECT_EQ(plan.split_keys % plan.tile_kv, 0);
   EXPECT_GE(plan.split_keys * plan.num_splits, p.seq_kv);
   EXPECT_LT(plan.split_keys * (plan.num_splits - 1), p.seq_kv);
   p.num_heads = 64;  // enough items for every thread: auto does not split
-  ASSERT_TRUE(fa::fa2_plan(p, dtype(), &plan).ok());
+  ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok());
   EXPECT_EQ(plan.num_splits, 1);
 }
 

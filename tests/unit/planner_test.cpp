@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/targets.h"
+#include "driver/version_entry.h"
 #include "flash_attention/flash_attention.h"
 
 namespace {
@@ -81,7 +82,7 @@ TEST(Planner, RequestedPlanBeyondTheBudgetIsRefusedWithTheGuidesMessage) {
   EXPECT_NE(s.message().find("fits"), std::string::npos) << "a suggestion: " << s.message();
   // And fa2_forward refuses it the same way before touching any data.
   fa::AttentionTensors t;  // never read: validation of tensors fails first or the plan does
-  EXPECT_FALSE(fa::fa2_forward(p, t).ok());
+  EXPECT_FALSE(fa::cli::kForward(p, t).ok());
 }
 
 TEST(Planner, AutoUsesTheTargetTableAndShrinksToFit) {

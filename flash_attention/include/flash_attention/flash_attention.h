@@ -319,6 +319,8 @@ FA_API Status same_dtype_attention(const AttentionParams& params, const Attentio
 // when the build leaves the choice to the planner).
 FA_API int default_tile_q();
 FA_API int default_tile_kv();
+// FA_ENABLE_ASYNC of this build: what an unset AttentionParams::async_prefetch means.
+FA_API bool default_async_prefetch();
 // FA_MIXED_PRECISION_SOFTMAX of this build: true = fp32 softmax for every
 // dtype; false = fp16 inputs get an fp16-arithmetic softmax (amx path only).
 FA_API bool mixed_precision_softmax();
