@@ -16,8 +16,8 @@ option(FA_AMX_EMULATION "Run the amx path's tile instructions as plain C++ (test
 option(ENABLE_BENCHMARK "Build the <version>_benchmark programs" ON)
 option(ENABLE_TESTS "Build the <version>_test programs and the CTest suite" ON)
 
-# Versions whose code exists.  FA3 arrives later.
-set(FA_IMPLEMENTED_VERSIONS 1 2)
+# Versions whose code exists.
+set(FA_IMPLEMENTED_VERSIONS 1 2 3)
 
 function(fa_fail option value expected)
   message(FATAL_ERROR "${option}=${value} is not valid: expected ${expected}")

@@ -137,6 +137,4 @@ struct Fa1Loop {
   }
 };
 
-using VersionLoop = Fa1Loop;
-
 }  // namespace fa::FA_KERNEL_NS

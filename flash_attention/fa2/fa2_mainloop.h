@@ -106,6 +106,4 @@ struct Fa2Loop {
   }
 };
 
-using VersionLoop = Fa2Loop;
-
 }  // namespace fa::FA_KERNEL_NS

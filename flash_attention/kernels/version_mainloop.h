@@ -17,6 +17,14 @@
 
 namespace fa::FA_KERNEL_NS {
 
+#if FA_LOOP_VERSION == 1
+using VersionLoop = Fa1Loop;
+#elif FA_LOOP_VERSION == 2
+using VersionLoop = Fa2Loop;
+#else
+using VersionLoop = Fa3Loop;
+#endif
+
 // The table of this path for the version's loop; `matrix_peak` is the
 // path's bf16 unit probe (null without one).
 inline constexpr detail::KernelTable kernel_table_of(Isa isa, const char* name, double (*matrix_peak)(double)) {

@@ -1,0 +1,159 @@
+// FlashAttention-3's schedule (Shah et al., 2024) in its CPU form: FA2's
+// arithmetic, with compute and data movement overlapped.
+//
+// A work item is a pair of consecutive Q tiles of one (batch, head) and K/V
+// chunk (A the earlier rows, B the later), run together over one stream of
+// K/V tiles:
+//   - ping-pong: B's Q·Kᵀ on tile j is issued while A's softmax and P·V on
+//     the same tile are pending, and A's next Q·Kᵀ before B's softmax, so
+//     each Q tile's dependent chain (scores -> softmax -> P·V) has the other
+//     tile's independent work beside it;
+//   - intra-tile pipelining: Q·Kᵀ of K/V tile j + 1 (for A) is issued
+//     before the softmax of tile j (for B);
+//   - K/V double buffering: tile j + 1 is converted into the second buffer
+//     while tile j's V is still needed, once for both Q tiles (FA2 converts
+//     it once per Q tile), and with the prefetch (FA_ENABLE_ASYNC or
+//     async_prefetch) its lines are streamed into L2 from inside B's Q·Kᵀ and
+//     A's P·V one step ahead.
+// Per Q tile the operations and their order are FA2's, so FA3's results
+// equal FA2's at the same tiles.  Short Q tiles (the row path), packed GQA
+// groups, a pair's missing second tile, and the pair path's engines (bf16 on
+// avx512bf16 and amx, fp16 on amx) run each Q tile FA2's way: the
+// interleaved schedule for the bf16 engines is not written yet.
+//
+// Included by kernels/<isa>/kernels_<isa>.cpp (through
+// kernels/version_mainloop.h) inside the path's namespace.
+#pragma once
+
+#include "../fa2/fa2_mainloop.h"
+
+namespace fa::FA_KERNEL_NS {
+
+// One Q tile's place in the pair's K/V stream: whether it attends the tile
+// at j0, with how many keys, and its key spans there.
+struct PairTile {
+  const TileItem& it;
+  const Workspace& w;
+  KeySpan spans[kMaxRowVectors];
+  const KeySpan* active_spans = nullptr;
+  int cols = 0;
+
+  PairTile(const TileItem& item, const Workspace& workspace) : it(item), w(workspace) {}
+  bool attends(std::int64_t j0) const { return j0 >= it.kv_begin && j0 < it.kv_end; }
+  void at(const AttentionJob& job, std::int64_t j0, int tkv) {
+    cols = static_cast<int>(it.kv_end - j0 < tkv ? it.kv_end - j0 : tkv);
+    active_spans = tile_key_spans(job, it, j0, cols, spans);
+  }
+};
+
+template <DType DT, bool kPrefetch>
+void run_tile_pair(const AttentionJob& job, const Workspace& wa, const Workspace& wb, const TileItem& ia,
+                   const TileItem& ib) {
+  StageLaps laps(job.stage_cycles);
+  const int tkv = job.tile_kv;
+  PairTile a(ia, wa), b(ib, wb);
+  load_q_transposed<DT>(job, ia, wa.qt);
+  load_q_transposed<DT>(job, ib, wb.qt);
+  init_tile_state(job, wa, ia);
+  init_tile_state(job, wb, ib);
+  // The K/V buffers of the two workspaces are the double buffer.
+  const Workspace* buffers[2] = {&wa, &wb};
+  const std::int64_t begin = ia.kv_begin < ib.kv_begin ? ia.kv_begin : ib.kv_begin;
+  const std::int64_t end = ia.kv_end > ib.kv_end ? ia.kv_end : ib.kv_end;
+  const char *kbase = ia.kbase, *vbase = ia.vbase;
+  auto load = [&](std::int64_t j0, int slot) {
+    const int cols = static_cast<int>(end - j0 < tkv ? end - j0 : tkv);
+    return load_kv_tile<DT, false, /*kContiguous=*/true>(job, *buffers[slot], kbase, vbase, j0, cols, end);
+  };
+  auto softmax_and_accumulate = [&](PairTile& t, std::int64_t j0, const KvTile& kv, KvLineStream* next) {
+    softmax_raw_tile<DT>(job, t.w, t.it, j0, t.cols);
+    laps.lap(kStageSoftmax);
+    tile_accumulate(job, t.w, t.it.nvec, kv, t.cols, t.active_spans, next);
+    laps.lap(kStagePv);
+  };
+  laps.lap(kStageQ);
+
+  int cur = 0;
+  KvTile kv[2];
+  if (begin < end) {
+    kv[cur] = load(begin, cur);
+    laps.lap(kStageKv);
+    if (a.attends(begin)) {
+      a.at(job, begin, tkv);
+      tile_scores(job, wa, ia.nvec, kv[cur], a.cols, a.active_spans, nullptr);
+      laps.lap(kStageScores);
+    }
+  }
+  for (std::int64_t j0 = begin; j0 < end; j0 += tkv) {
+    const std::int64_t next_j = j0 + tkv;
+    // The next tile's lines, streamed from inside B's Q·Kᵀ and A's P·V.
+    KvLineStream next = kPrefetch ? next_kv_tile_lines<DT>(job, kbase, vbase, j0, end) : KvLineStream{};
+    // Ping: B's scores on tile j while A's softmax and P·V wait on A's.
+    if (b.attends(j0)) {
+      b.at(job, j0, tkv);
+      tile_scores(job, wb, ib.nvec, kv[cur], b.cols, b.active_spans, kPrefetch ? &next : nullptr);
+      laps.lap(kStageScores);
+    }
+    if (a.attends(j0)) softmax_and_accumulate(a, j0, kv[cur], kPrefetch ? &next : nullptr);
+    next.issue(next.total_lines());  // what rounding left (none without the prefetch)
+    // The next tile, into the other buffer: tile j's V stays for B.
+    if (next_j < end) {
+      kv[cur ^ 1] = load(next_j, cur ^ 1);
+      laps.lap(kStageKv);
+      // Pong, pipelined: A's scores on tile j + 1 before B's softmax of tile j.
+      if (a.attends(next_j)) {
+        a.at(job, next_j, tkv);
+        tile_scores(job, wa, ia.nvec, kv[cur ^ 1], a.cols, a.active_spans, nullptr);
+        laps.lap(kStageScores);
+      }
+    }
+    if (b.attends(j0)) softmax_and_accumulate(b, j0, kv[cur], nullptr);
+    cur ^= 1;
+  }
+  write_tile_outputs<DT>(job, wa, ia);
+  write_tile_outputs<DT>(job, wb, ib);
+  laps.finish(kStageEpilogue);
+}
+
+struct Fa3Loop {
+  static constexpr Version kVersion = Version::kFA3;
+  static constexpr bool kAsync = true;
+  static constexpr int kQTilesPerItem = 2;
+  static std::size_t workspace_floats(const AttentionJob& job) { return 2 * q_tile_workspace_floats(job); }
+  static std::size_t kv_pack_bytes(const AttentionJob& job) { return shared_kv_pack_bytes(job); }
+  static std::int64_t items(const AttentionJob& job) { return grouped_items(job, kQTilesPerItem); }
+
+  // Whether a Q tile runs FA2's way (see the header comment) rather than in
+  // the interleaved pair.
+  template <DType DT>
+  static bool alone(const AttentionJob& job, const TileItem& it) {
+    if (it.rows <= kRowPathMaxRows || job.pack_group > 1) return true;
+#if defined(FA_HAVE_BF16_PAIRS)
+    if constexpr (PairEngine::template kHandles<DT>) return pair_tile_path_fits(job);
+#endif
+    return false;
+  }
+
+  template <DType DT, bool kPrefetch>
+  static void run_item(const AttentionJob& job, std::int64_t item, float* scratch) {
+    const ItemCoords at = item_coords(job, item, kQTilesPerItem);
+    const int tq = job.tile_q, tkv = job.tile_kv, D = static_cast<int>(job.head_dim);
+    const Workspace wa = Workspace::carve(scratch, tq, tkv, D);
+    const Workspace wb = Workspace::carve(scratch + q_tile_workspace_floats(job), tq, tkv, D);
+    const std::int64_t first = at.q_group * kQTilesPerItem;
+    const TileItem ia = tile_item(job, first, at.split, at.unit);
+    if (first + 1 >= job.q_tiles) {
+      run_q_tile<DT, kPrefetch>(job, wa, ia);
+      return;
+    }
+    const TileItem ib = tile_item(job, first + 1, at.split, at.unit);
+    if (alone<DT>(job, ia) || alone<DT>(job, ib)) {
+      run_q_tile<DT, kPrefetch>(job, wa, ia);
+      run_q_tile<DT, kPrefetch>(job, wa, ib);
+      return;
+    }
+    run_tile_pair<DT, kPrefetch>(job, wa, wb, ia, ib);
+  }
+};
+
+}  // namespace fa::FA_KERNEL_NS
