@@ -41,7 +41,11 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"num-heads", K::kInt, "N", "query heads (default 12)"},
       {"num-kv-heads", K::kInt, "N", "key/value heads for GQA/MQA, divides --num-heads (default: --num-heads)"},
       {"head-dim", K::kInt, "N", "head dimension, a multiple of 8 up to 256 (default 64)"},
-      {"dtype", K::kString, "fp16|bf16|fp32", "data type of Q, K, V and O (default fp16)"},
+      {"dtype", K::kString, "fp16|bf16|fp32|fp8_e4m3|fp8_e5m2", "data type of Q, K, V (and O but for FP8; default fp16; FP8: FA3)"},
+      {"out-dtype", K::kString, "bf16|fp16|fp32", "FP8 inputs: the dtype of O (default bf16)"},
+      {"descale-q", K::kString, "X|X1,X2,...", "FP8 inputs: Q's dequantization factor, or one per head (default 1)"},
+      {"descale-k", K::kString, "X|X1,X2,...", "FP8 inputs: K's factor, or one per K/V head (default 1)"},
+      {"descale-v", K::kString, "X|X1,X2,...", "FP8 inputs: V's factor, or one per K/V head (default 1)"},
       {"layout", K::kString, "BSH|BSND|BNSD|TND", "memory layout of the inputs (default BSH; TND needs --cu-seqlens-*)"},
       {"cu-seqlens-q", K::kString, "0,N1,N2,...", "TND: cumulative query lengths (sets --batch-size and --seq-q)"},
       {"cu-seqlens-kv", K::kString, "0,M1,M2,...", "TND: cumulative key lengths (sets --seq-kv)"},
@@ -67,7 +71,7 @@ std::vector<fa::cli::FlagSpec> flag_table() {
       {"seed", K::kInt, "N", "seed of the random inputs used when no input files are given (default 1)"},
       {"isa", K::kString, "generic|avx2|avx512|avx512bf16|amx", "kernel path (default: FA_ISA, else the fastest this CPU runs)"},
       {"no-probe", K::kBool, "", "skip the start-up measurement of the vector unit's peak (no Utilization line)"},
-      {"output", K::kString, "PATH", "write O as [batch, seq_q, heads*head_dim] in --dtype"},
+      {"output", K::kString, "PATH", "write O as [batch, seq_q, heads*head_dim] in --dtype (FP8: --out-dtype)"},
       {"check", K::kBool, "", "compare O with the float64 reference; exit 1 when out of tolerance"},
       {"sweep", K::kBool, "", "time every tile of --sweep-tiles, print each and the best, store the best in the tuning cache"},
       {"sweep-tiles", K::kString, "QxKV,...", "tiles for --sweep (default: the guide's grid, Q 64/128/256 x KV 32/64/128)"},
@@ -82,6 +86,7 @@ std::vector<fa::cli::FlagSpec> flag_table() {
 struct Options {
   fa::AttentionParams params;
   fa::DType dtype = fa::DType::kF16;
+  fa::DType out_dtype = fa::DType::kF16;  // = dtype, but for FP8 inputs
   fa::Layout layout = fa::Layout::kBSH;
   std::string input_q, input_k, input_v, mask_path, output;
   int num_runs = 10, warmup_runs = 2;
@@ -90,6 +95,7 @@ struct Options {
   bool sweep = false, cache_update = true;
   std::string reference = "float64";
   std::vector<float> sinks;  // per head; p.sinks points here
+  std::vector<float> descale[3];  // Q, K, V (FP8); p.descale_* point here
   std::vector<float> alibi;  // per head; p.alibi_slopes points here
   std::vector<std::int32_t> cu_q, cu_kv;  // TND; p.cu_seqlens_* point here
   std::string bias_path;
@@ -162,6 +168,24 @@ std::string kernel_name(fa::Isa isa, bool matrix, fa::DType dtype) {
   return notes.empty() ? name : name + ")";
 }
 
+// "X" or "X1,X2,..." as floats, each accepted by `ok`; else one line naming
+// --flag, the item and `expected`.
+template <class Ok>
+std::vector<float> parse_float_list(const std::string& text, const char* flag, const char* expected, Ok&& ok) {
+  std::vector<float> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !ok(v)) throw UsageError(std::string("--") + flag + ": '" + item + "' is not " + expected);
+    out.push_back(static_cast<float>(v));
+    pos = comma + 1;
+  }
+  return out;
+}
+
 Options read_options(const Args& a) {
   Options o;
   constexpr std::int64_t kBig = std::int64_t{1} << 31;
@@ -182,8 +206,30 @@ Options read_options(const Args& a) {
   }
   const std::string dtype = a.str("dtype", "fp16");
   auto dt = fa::parse_dtype(dtype);
-  if (!dt) throw UsageError("--dtype: unknown dtype '" + dtype + "' (expected fp16, bf16 or fp32)");
-  o.dtype = *dt;
+  if (!dt) throw UsageError("--dtype: unknown dtype '" + dtype + "' (expected fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2)");
+  o.dtype = o.out_dtype = *dt;
+  if (fa::is_fp8(o.dtype)) {
+    const std::string out = a.str("out-dtype", "bf16");
+    auto odt = fa::parse_dtype(out);
+    if (!odt || fa::is_fp8(*odt)) throw UsageError("--out-dtype: '" + out + "' is not an output dtype (expected bf16, fp16 or fp32)");
+    o.out_dtype = *odt;
+  }
+  for (auto [i, flag, heads] : {std::tuple{0, "descale-q", p.num_heads}, std::tuple{1, "descale-k", p.num_kv_heads},
+                                std::tuple{2, "descale-v", p.num_kv_heads}}) {
+    if (!a.has(flag)) continue;
+    if (!fa::is_fp8(o.dtype)) {
+      throw UsageError(std::string("--") + flag + ": applies to FP8 inputs only (--dtype=fp8_e4m3 or fp8_e5m2)");
+    }
+    o.descale[i] = parse_float_list(a.str(flag), flag, "a finite positive factor (X, or X1,X2,... one per head)",
+                                    [](double v) { return std::isfinite(v) && v > 0.0 && v < 3.0e38; });
+    if (o.descale[i].size() != 1 && static_cast<std::int64_t>(o.descale[i].size()) != heads) {
+      throw UsageError(std::string("--") + flag + ": " + std::to_string(o.descale[i].size()) + " values for " +
+                       std::to_string(heads) + " heads (expected one, or one per head)");
+    }
+  }
+  if (a.has("out-dtype") && !fa::is_fp8(o.dtype)) {
+    throw UsageError("--out-dtype: applies to FP8 inputs only (O is in --dtype otherwise)");
+  }
   const std::string layout = a.str("layout", "BSH");
   auto lt = fa::parse_layout(layout);
   if (!lt) throw UsageError("--layout: unknown layout '" + layout + "' (expected BSH, BSND or BNSD)");
@@ -244,19 +290,8 @@ Options read_options(const Args& a) {
   }
   o.bias_path = a.str("bias");
   if (a.has("sinks")) {
-    const std::string text = a.str("sinks");
-    std::size_t pos = 0;
-    while (pos <= text.size()) {
-      const std::size_t comma = std::min(text.find(',', pos), text.size());
-      const std::string item = text.substr(pos, comma - pos);
-      char* end = nullptr;
-      const double v = std::strtod(item.c_str(), &end);
-      if (item.empty() || *end != '\0' || !std::isfinite(v)) {
-        throw UsageError("--sinks: '" + item + "' is not a finite number (expected X or X1,X2,... one per head)");
-      }
-      o.sinks.push_back(static_cast<float>(v));
-      pos = comma + 1;
-    }
+    o.sinks = parse_float_list(a.str("sinks"), "sinks", "a finite number (expected X or X1,X2,... one per head)",
+                               [](double v) { return std::isfinite(v) && std::abs(v) < 3.0e38; });
     if (o.sinks.size() == 1) o.sinks.assign(static_cast<std::size_t>(p.num_heads), o.sinks[0]);
     if (static_cast<std::int64_t>(o.sinks.size()) != p.num_heads) {
       throw UsageError("--sinks: " + std::to_string(o.sinks.size()) + " values for " + std::to_string(p.num_heads) +
@@ -454,6 +489,13 @@ int run(int argc, char** argv) {
   fa::AttentionParams& p = o.params;
   if (!o.sinks.empty()) p.sinks = o.sinks.data();
   if (!o.alibi.empty()) p.alibi_slopes = o.alibi.data();
+  for (auto [list, values, count] : {std::tuple{&o.descale[0], &p.descale_q, &p.descale_q_count},
+                                     std::tuple{&o.descale[1], &p.descale_k, &p.descale_k_count},
+                                     std::tuple{&o.descale[2], &p.descale_v, &p.descale_v_count}}) {
+    if (list->empty()) continue;
+    *values = list->data();
+    *count = static_cast<std::int64_t>(list->size());
+  }
   if (!o.cu_q.empty()) {
     p.cu_seqlens_q = o.cu_q.data();
     p.cu_seqlens_kv = o.cu_kv.data();
@@ -471,10 +513,11 @@ int run(int argc, char** argv) {
   const std::size_t q_bytes = fa::cli::checked_product({B, Sq, H, D, std::int64_t(es)}, "Q");
   const std::size_t kv_bytes = fa::cli::checked_product({B, Skv, Hkv, D, std::int64_t(es)}, "K/V");
   const std::size_t mask_bytes = o.mask_path.empty() ? 0 : fa::cli::checked_product({Sq, Skv}, "mask");
+  const std::size_t o_bytes = fa::cli::checked_product({B, Sq, H, D, std::int64_t(fa::dtype_size(o.out_dtype))}, "O");
   const std::size_t lse_bytes = fa::cli::checked_product({B, H, Sq, 4}, "LSE");
   const int threads = p.threads > 0 ? p.threads : fa::default_thread_count();
   const std::size_t workspace = fa::cli::version_workspace_bytes(p, o.dtype, threads);
-  const std::size_t set_bytes = 2 * q_bytes + 2 * kv_bytes;  // Q, K, V, O
+  const std::size_t set_bytes = q_bytes + o_bytes + 2 * kv_bytes;  // Q, K, V, O
   // Several copies of the inputs when they would fit in cache, so the timed
   // runs read memory the way a real model's call would, not a warm cache.
   const int sets = static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / std::max<std::size_t>(set_bytes, 1), 1, 8));
@@ -539,8 +582,8 @@ int run(int argc, char** argv) {
   // would time the page faults of its fresh pages (measured: a sixth of the
   // guide's causal B2 S512 H12 D64 bf16 call, in its epilogue).
   for (int s = 0; s < sets; ++s) {
-    os.emplace_back(q_bytes);
-    std::memset(os.back().data(), 0, q_bytes);
+    os.emplace_back(o_bytes);
+    std::memset(os.back().data(), 0, o_bytes);
   }
   std::vector<float> lse(static_cast<std::size_t>(B * H * Sq));
 
@@ -549,7 +592,7 @@ int run(int argc, char** argv) {
     t.q = fa::make_view(qs[s].data(), o.dtype, o.layout, B, H, Sq, D);
     t.k = fa::make_view(ks[s].data(), o.dtype, o.layout, B, Hkv, Skv, D);
     t.v = fa::make_view(vs[s].data(), o.dtype, o.layout, B, Hkv, Skv, D);
-    t.o = fa::make_view(os[s].data(), o.dtype, fa::Layout::kBSH, B, H, Sq, D);  // --output is always BSH
+    t.o = fa::make_view(os[s].data(), o.out_dtype, fa::Layout::kBSH, B, H, Sq, D);  // --output is always BSH
     t.lse = lse.data();
     return t;
   };
@@ -603,7 +646,7 @@ int run(int argc, char** argv) {
     const fa::AttentionTensors t = tensors_for(0);
     if (fa::Status s = fa::reference_forward(p, t, ref.data(), nullptr); !s.ok()) throw UsageError(s.message());
     ours = compare(ref, [&](std::size_t i) {
-      return double(fa::detail::load_as_f32(os[0].data(), o.dtype, static_cast<std::int64_t>(i)));
+      return double(fa::detail::load_as_f32(os[0].data(), o.out_dtype, static_cast<std::int64_t>(i)));
     });
     check_pass = ours.inf == 0 && ours.nan == 0 && ours.rel_l2 <= fa::cli::rel_l2_bound(o.dtype);
     if (o.reference != "float64") {
@@ -615,7 +658,7 @@ int run(int argc, char** argv) {
       yardstick = compare(ref, [&](std::size_t i) { return other[i]; });
     }
   }
-  if (!o.output.empty()) fa::cli::write_atomic(o.output, os[0].data(), q_bytes, "output");
+  if (!o.output.empty()) fa::cli::write_atomic(o.output, os[0].data(), o_bytes, "output");
 
   // The prefetch the call ran with (FA1 has none).
   const bool async_prefetch =
@@ -626,12 +669,12 @@ int run(int argc, char** argv) {
   if (o.json) {
     std::snprintf(line, sizeof line,
                   "{\"version\": \"%s\", \"batch\": %lld, \"seq_q\": %lld, \"seq_kv\": %lld, \"num_heads\": %lld, "
-                  "\"num_kv_heads\": %lld, \"head_dim\": %lld, \"dtype\": \"%s\", \"layout\": \"%s\", "
+                  "\"num_kv_heads\": %lld, \"head_dim\": %lld, \"dtype\": \"%s\", \"out_dtype\": \"%s\", \"layout\": \"%s\", "
                   "\"causal\": %s, \"mask\": %s, \"tile_q\": %d, \"tile_kv\": %d, \"tile_source\": \"%s\", "
                   "\"l2_working_set_bytes\": %zu, \"l2_limit_bytes\": %zu, \"threads\": %d, \"core_occupancy_percent\": %.1f, \"num_splits\": %d, "
                   "\"async_prefetch\": %s, \"kernel\": \"%s\", ",
                   fa::cli::kVersionTag, (long long)p.batch, (long long)Sq, (long long)Skv, (long long)H, (long long)Hkv,
-                  (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(),
+                  (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(), std::string(fa::dtype_name(o.out_dtype)).c_str(),
                   std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
                   p.mask ? "true" : "false", tq, tkv, plan.source.c_str(), plan.working_set_bytes, plan.limit_bytes,
                   used_threads, 100.0 * plan.occupancy, plan.num_splits, async_prefetch ? "true" : "false",
@@ -666,6 +709,7 @@ int run(int argc, char** argv) {
     }
     std::cout << "Config: batch=" << p.batch << " seq_q=" << Sq << " seq_kv=" << Skv << " heads=" << H
               << " kv_heads=" << Hkv << " head_dim=" << D << " dtype=" << fa::dtype_name(o.dtype)
+              << (fa::is_fp8(o.dtype) ? " out_dtype=" + std::string(fa::dtype_name(o.out_dtype)) : std::string())
               << " layout=" << fa::layout_name(o.layout) << " mask=" << mask_note
               << " scale=" << p.softmax_scale() << "\n";
     std::snprintf(line, sizeof line, "Tile: Q=%d KV=%d (%s; L2 working set %.0f of %.0f KiB)  Threads: %d  Input sets: %d\n",

@@ -2,6 +2,7 @@
 // reference (dtypes, layouts, masks, GQA, odd and unequal lengths, tiles,
 // thread counts, head dims), one line per case and a final
 // "N passed, N failed" line.  Exit status 0 only when every case passes.
+#include <array>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -204,7 +205,8 @@ std::vector<CaseSpec> build_matrix(DType dtype, bool quick) {
 int run(int argc, char** argv) {
   fa::cli::Args args(std::string(fa::cli::kVersionTag) + "_test",
                      {{"quick", fa::cli::FlagKind::kBool, "", "run a subset (under 30 s)"},
-                      {"dtype", fa::cli::FlagKind::kString, "fp16|bf16|fp32", "only cases of this dtype"},
+                      {"dtype", fa::cli::FlagKind::kString, "fp16|bf16|fp32|fp8_e4m3|fp8_e5m2",
+                       "only cases of this dtype (default: fp32, fp16, bf16, and on FA3 both FP8 formats)"},
                       {"seed", fa::cli::FlagKind::kInt, "N", "seed of the random inputs (default 1)"},
                       {"isa", fa::cli::FlagKind::kString, "generic|avx2|avx512|avx512bf16|amx",
                        "only this kernel path (default: every path this CPU can run)"},
@@ -216,9 +218,13 @@ int run(int argc, char** argv) {
     return 0;
   }
   std::vector<DType> dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+  if (fa::cli::kVersion == fa::Version::kFA3) dtypes.insert(dtypes.end(), {DType::kFP8E4M3, DType::kFP8E5M2});
   if (args.has("dtype")) {
     auto dt = fa::parse_dtype(args.str("dtype"));
-    if (!dt) throw fa::cli::UsageError("--dtype: unknown dtype '" + args.str("dtype") + "' (expected fp16, bf16 or fp32)");
+    if (!dt) {
+      throw fa::cli::UsageError("--dtype: unknown dtype '" + args.str("dtype") +
+                                "' (expected fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2)");
+    }
     dtypes = {*dt};
   }
   std::vector<fa::Isa> paths;
@@ -242,8 +248,15 @@ int run(int argc, char** argv) {
   std::uint64_t case_seed = seed * 1000;
   for (fa::Isa isa : paths) {
   for (DType dtype : dtypes) {
+    int index = 0;
     for (CaseSpec c : build_matrix(dtype, quick)) {
       c.seed = ++case_seed;
+      if (fa::is_fp8(dtype)) {  // every output dtype, and descale factors none, per tensor, per head
+        c.out_dtype = std::array{DType::kBF16, DType::kF16, DType::kF32}[index % 3];
+        c.descale = (index / 3) % 3;
+        c.accuracy_rule = false;  // no same-dtype FP8 attention to compare with
+      }
+      ++index;
       c.params.isa = isa;
       // FA1 runs its fixed 64 x 64 tiles (0 = the version's default) on the
       // same shapes and features; what it does not offer (varlen, split-KV,

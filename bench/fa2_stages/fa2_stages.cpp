@@ -74,7 +74,7 @@ int main_impl(int argc, char** argv) {
   if (fa::Status s = fa::select_isa(probe, &isa); !s.ok()) throw fa::cli::UsageError("--isa: " + s.message());
   fa::bench::StageConfig cfg;
   auto dt = fa::parse_dtype(args.str("dtype", "bf16"));
-  if (!dt) throw fa::cli::UsageError("--dtype: expected fp16, bf16 or fp32");
+  if (!dt || fa::is_fp8(*dt)) throw fa::cli::UsageError("--dtype: expected fp16, bf16 or fp32");
   cfg.dtype = *dt;
   cfg.head_dim = static_cast<int>(args.integer("head-dim", 128, 8, fa::kMaxHeadDim));
   if (cfg.head_dim % 8) throw fa::cli::UsageError("--head-dim: expected a multiple of 8");

@@ -50,7 +50,7 @@ Plan make_plan(const AttentionParams& p, const TilePlan& tiles) {
 // drop out, and a row no chunk attended stays 0 with lse -inf.
 void combine_splits(const AttentionJob& job, const TilePlan& plan) {
   const std::int64_t BH = job.batch * job.heads, Sq = job.seq_q, D = job.head_dim;
-  const std::size_t es = dtype_size(job.dtype);
+  const std::size_t es = dtype_size(job.o_dtype);
   constexpr std::int64_t kRowsPerItem = 16;
   const std::int64_t row_blocks = (Sq + kRowsPerItem - 1) / kRowsPerItem;
   ThreadPool::global().parallel_for(BH * row_blocks, plan.threads, [&](std::int64_t item, int) {
@@ -75,7 +75,7 @@ void combine_splits(const AttentionJob& job, const TilePlan& plan) {
       }
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
       char* orow = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + i * job.o_strides[2]) * es;
-      for (std::int64_t d = 0; d < D; ++d) store_from_f32(orow, job.dtype, d, acc[d] * inv);
+      for (std::int64_t d = 0; d < D; ++d) store_from_f32(orow, job.o_dtype, d, acc[d] * inv);
       if (job.lse) job.lse[bh * Sq + i] = sum > 0.0f ? m + std::log(sum) : -std::numeric_limits<float>::infinity();
     }
   });
@@ -184,7 +184,7 @@ std::size_t forward_workspace_bytes(Version version, const AttentionParams& p, D
 
 Status run_forward(Version version, const AttentionParams& p, const AttentionTensors& t) {
   if (Status s = validate(p, t); !s.ok()) return s;
-  if (Status s = version_supports(version, p); !s.ok()) return s;
+  if (Status s = version_supports(version, p, t.q.dtype); !s.ok()) return s;
   Isa isa;
   if (Status s = select_isa(p.isa, &isa); !s.ok()) return s;
   if (!detail::kMixedPrecisionSoftmax && t.q.dtype == DType::kF16 && isa != Isa::kAmx) {
@@ -217,6 +217,12 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
   job.k = t.k.data;
   job.v = t.v.data;
   job.o = t.o.data;
+  job.o_dtype = t.o.dtype;
+  for (auto [i, values, count] : {std::tuple{0, p.descale_q, p.descale_q_count}, std::tuple{1, p.descale_k, p.descale_k_count},
+                                  std::tuple{2, p.descale_v, p.descale_v_count}}) {
+    job.descale[i] = values;
+    job.descale_stride[i] = count > 1 ? 1 : 0;
+  }
   job.lse = t.lse;
   job.lse_strides[0] = p.num_heads * p.seq_q;
   job.lse_strides[1] = p.seq_q;
@@ -277,13 +283,13 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
   std::vector<std::int64_t> ends;
   jobs.reserve(static_cast<std::size_t>(p.batch));
   std::int64_t total = 0;
-  const std::size_t es = dtype_size(job.dtype);
+  const std::size_t es = dtype_size(job.dtype), o_es = dtype_size(job.o_dtype);
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const AttentionParams sp = sequence_params(p, b);
     AttentionJob sj = job;
     const std::int64_t q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_kv[b];
     sj.q = static_cast<const char*>(t.q.data) + q0 * t.q.strides[2] * es;
-    sj.o = static_cast<char*>(t.o.data) + q0 * t.o.strides[2] * es;
+    sj.o = static_cast<char*>(t.o.data) + q0 * t.o.strides[2] * o_es;
     sj.k = static_cast<const char*>(t.k.data) + k0 * t.k.strides[2] * es;
     sj.v = static_cast<const char*>(t.v.data) + k0 * t.v.strides[2] * es;
     sj.lse = t.lse ? t.lse + q0 : nullptr;

@@ -213,7 +213,8 @@ double measure_matrix_peak_gflops(Isa isa, int threads, double seconds) {
 
 bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim) {
   if (head_dim % 32 != 0) return false;
-  return (isa == Isa::kAmx && dtype != DType::kF32) || (isa == Isa::kAvx512Bf16 && dtype == DType::kBF16);
+  return (isa == Isa::kAmx && (dtype == DType::kBF16 || dtype == DType::kF16)) ||
+         (isa == Isa::kAvx512Bf16 && dtype == DType::kBF16);
 }
 
 }  // namespace fa
@@ -225,6 +226,12 @@ namespace fa::testing {
 bool vector_exp2(Isa isa, const float* in, float* out, int n) {
   if (!isa_available(isa)) return false;
   detail::kernel_table(isa)->exp2_array(in, out, n);
+  return true;
+}
+
+bool vector_widen(Isa isa, DType dtype, const void* in, float* out, int n) {
+  if (!isa_available(isa)) return false;
+  detail::kernel_table(isa)->widen_array(dtype, in, out, n);
   return true;
 }
 

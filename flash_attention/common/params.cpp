@@ -16,13 +16,15 @@
 
 namespace fa {
 
-std::size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+std::size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : is_fp8(dtype) ? 1 : 2; }
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kF32: return "fp32";
     case DType::kF16: return "fp16";
     case DType::kBF16: return "bf16";
+    case DType::kFP8E4M3: return "fp8_e4m3";
+    case DType::kFP8E5M2: return "fp8_e5m2";
   }
   return "?";
 }
@@ -31,6 +33,8 @@ std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "fp32" || name == "float32") return DType::kF32;
   if (name == "fp16" || name == "float16") return DType::kF16;
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;
+  if (name == "fp8_e4m3" || name == "float8_e4m3fn") return DType::kFP8E4M3;
+  if (name == "fp8_e5m2" || name == "float8_e5m2") return DType::kFP8E5M2;
   return std::nullopt;
 }
 
@@ -320,7 +324,33 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
   if (Status s = check_view("Q", t.q, view_batch, p.num_heads, p.seq_q, p.head_dim, dt); !s.ok()) return s;
   if (Status s = check_view("K", t.k, view_batch, p.kv_heads(), p.seq_kv, p.head_dim, dt); !s.ok()) return s;
   if (Status s = check_view("V", t.v, view_batch, p.kv_heads(), p.seq_kv, p.head_dim, dt); !s.ok()) return s;
-  if (Status s = check_view("O", t.o, view_batch, p.num_heads, p.seq_q, p.head_dim, dt); !s.ok()) return s;
+  // FP8 inputs write a wider output; every other dtype writes its own.
+  if (is_fp8(dt) && is_fp8(t.o.dtype)) {
+    return Status::Invalid("O: dtype " + std::string(dtype_name(t.o.dtype)) + " is not an output dtype for " +
+                           std::string(dtype_name(dt)) + " inputs (expected fp32, fp16 or bf16)");
+  }
+  const DType out = is_fp8(dt) ? t.o.dtype : dt;
+  if (Status s = check_view("O", t.o, view_batch, p.num_heads, p.seq_q, p.head_dim, out); !s.ok()) return s;
+  for (const auto& [name, values, count, heads] :
+       {std::tuple{"descale_q", p.descale_q, p.descale_q_count, p.num_heads},
+        std::tuple{"descale_k", p.descale_k, p.descale_k_count, p.kv_heads()},
+        std::tuple{"descale_v", p.descale_v, p.descale_v_count, p.kv_heads()}}) {
+    if (!values) continue;
+    if (!is_fp8(dt)) {
+      return Status::Invalid(std::string(name) + " applies to FP8 inputs only (the inputs are " +
+                             std::string(dtype_name(dt)) + ")");
+    }
+    if (count != 1 && count != heads) {
+      return Status::Invalid(std::string(name) + ": " + std::to_string(count) + " factors (expected 1, or one per head: " +
+                             std::to_string(heads) + ")");
+    }
+    for (std::int64_t i = 0; i < count; ++i) {
+      if (!std::isfinite(values[i]) || values[i] <= 0.0f) {
+        return Status::Invalid(std::string(name) + "[" + std::to_string(i) + "] must be a finite positive number (got " +
+                               std::to_string(values[i]) + ")");
+      }
+    }
+  }
   return Status::Ok();
 }
 

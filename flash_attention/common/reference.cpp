@@ -31,7 +31,9 @@ Status check_host_call(const AttentionParams& p, const AttentionTensors& t, doub
                        AttentionTensors* checked) {
   const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
   *checked = t;
-  checked->o = make_view(out, t.q.dtype, Layout::kBSH, varlen ? 1 : p.batch, p.num_heads, p.seq_q, p.head_dim);
+  // (FP8 inputs write a wider dtype: fp32 stands in.)
+  checked->o = make_view(out, is_fp8(t.q.dtype) ? DType::kF32 : t.q.dtype, Layout::kBSH, varlen ? 1 : p.batch,
+                         p.num_heads, p.seq_q, p.head_dim);
   if (Status s = validate(p, *checked); !s.ok()) return s;
   if (out == nullptr) return Status::Invalid(std::string(who) + ": output pointer is null");
   if (varlen) {
@@ -80,7 +82,8 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
     return detail::for_each_sequence(p, checked, [&](const AttentionParams& sp, const AttentionTensors& st, std::int64_t q0) {
       std::vector<double> seq_lse(static_cast<std::size_t>(sp.num_heads * sp.seq_q));
       AttentionTensors sv = st;
-      sv.o = make_view(out + q0 * p.num_heads * p.head_dim, t.q.dtype, Layout::kBSH, 1, sp.num_heads, sp.seq_q, sp.head_dim);
+      sv.o = make_view(out + q0 * p.num_heads * p.head_dim, st.o.dtype, Layout::kBSH, 1, sp.num_heads, sp.seq_q,
+                       sp.head_dim);
       if (Status s = reference_forward(sp, sv, out + q0 * p.num_heads * p.head_dim, seq_lse.data()); !s.ok()) return s;
       if (lse) {
         for (std::int64_t h = 0; h < sp.num_heads; ++h) {
@@ -101,16 +104,22 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
   detail::ThreadPool::global().parallel_for(B * H, threads, [&](std::int64_t bh, int) {
     const std::int64_t b = bh / H, h = bh % H, hk = h / group;
     const double sink = p.sinks ? double(p.sinks[h]) : -std::numeric_limits<double>::infinity();
+    // FP8 inputs: each element times its tensor's (or head's) descale factor.
+    auto descale = [](const float* f, std::int64_t count, std::int64_t head) {
+      return f ? double(f[count > 1 ? head : 0]) : 1.0;
+    };
+    const double dq = descale(p.descale_q, p.descale_q_count, h), dk = descale(p.descale_k, p.descale_k_count, hk),
+                 dv = descale(p.descale_v, p.descale_v_count, hk);
     std::vector<double> k(Skv * D), v(Skv * D), q(D), s(Skv);
     for (std::int64_t j = 0; j < Skv; ++j) {
       for (std::int64_t d = 0; d < D; ++d) {
-        k[j * D + d] = detail::load_as_f32(t.k.data, t.k.dtype, t.k.offset(b, hk, j, d));
-        v[j * D + d] = detail::load_as_f32(t.v.data, t.v.dtype, t.v.offset(b, hk, j, d));
+        k[j * D + d] = detail::load_as_f32(t.k.data, t.k.dtype, t.k.offset(b, hk, j, d)) * dk;
+        v[j * D + d] = detail::load_as_f32(t.v.data, t.v.dtype, t.v.offset(b, hk, j, d)) * dv;
       }
     }
     for (std::int64_t i = 0; i < Sq; ++i) {
       for (std::int64_t d = 0; d < D; ++d) {
-        q[d] = detail::load_as_f32(t.q.data, t.q.dtype, t.q.offset(b, h, i, d));
+        q[d] = detail::load_as_f32(t.q.data, t.q.dtype, t.q.offset(b, h, i, d)) * dq;
       }
       double row_max = sink;  // a sink takes part in the maximum and the sum
       for (std::int64_t j = 0; j < Skv; ++j) {
@@ -153,6 +162,10 @@ namespace fa {
 Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t, DType compute, bool subtract_max,
                             double* out) {
   const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
+  if (is_fp8(t.q.dtype) || is_fp8(compute)) {
+    return Status::Unsupported("same_dtype_attention: no FP8 arithmetic (FP8 inputs are products of scaled values, "
+                               "checked against reference_forward)");
+  }
   AttentionTensors checked;
   if (Status s = detail::check_host_call(p, t, out, "same_dtype_attention", &checked); !s.ok()) return s;
   if (varlen) {
@@ -167,9 +180,8 @@ Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t,
     switch (compute) {
       case DType::kF16: return detail::f16_to_f32(detail::f32_to_f16(x));
       case DType::kBF16: return detail::bf16_to_f32(detail::f32_to_bf16(x));
-      case DType::kF32: return x;
+      default: return x;  // fp32 (FP8 was refused above)
     }
-    return x;
   };
   const float scale = r(p.softmax_scale());
   const int threads = p.threads > 0 ? p.threads : default_thread_count();

@@ -224,7 +224,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
                              std::to_string(tile) + ")");
     }
   }
-  if (Status s = version_supports(version, p); !s.ok()) return s;
+  if (Status s = version_supports(version, p, dtype); !s.ok()) return s;
   Isa isa;
   if (Status s = detail::select_isa(p.isa, &isa); !s.ok()) return s;
   const detail::TargetInfo* target = detail::find_target(std::string(isa_name(isa)).c_str());

@@ -1,5 +1,5 @@
 // What each FlashAttention version offers.  FA2 and FA3 take every feature
-// of AttentionParams; FA1 takes what the 2022 algorithm had (every dtype,
+// of AttentionParams, and FA3 FP8 inputs too; FA1 takes what the 2022 algorithm had (every dtype,
 // layout, mask mode and GQA, the score modifiers and dropout) on its fixed
 // 64 x 64 tiles, and refuses what came later: variable-length batches,
 // split-KV and attention sinks.  The planner and the dispatcher both ask
@@ -31,7 +31,11 @@ Status fa1_lacks(const std::string& what) {
 
 }  // namespace
 
-Status version_supports(Version version, const AttentionParams& p) {
+Status version_supports(Version version, const AttentionParams& p, DType dtype) {
+  if (is_fp8(dtype) && version != Version::kFA3) {
+    return Status::Unsupported("FP8 inputs (" + std::string(dtype_name(dtype)) + ") run on FlashAttention-3 only: use "
+                               "fa3_forward (fa3_benchmark, fa3_test)");
+  }
   if (version != Version::kFA1) return Status::Ok();
   if (p.cu_seqlens_q || p.cu_seqlens_kv) return fa1_lacks("variable-length sequences (layout TND, cu_seqlens)");
   if (p.num_splits > 1) {

@@ -125,6 +125,7 @@ void run_fa1_head(const AttentionJob& job, std::int64_t unit, float* scratch) {
 
 struct Fa1Loop {
   static constexpr Version kVersion = Version::kFA1;
+  static constexpr bool kFp8 = false;
   static constexpr bool kAsync = false;
   static std::size_t workspace_floats(const AttentionJob& job) {
     return Workspace::floats(job.tile_q, job.tile_kv, static_cast<int>(job.head_dim)) + Fa1State::floats(job);

@@ -94,6 +94,7 @@ inline std::size_t shared_kv_pack_bytes([[maybe_unused]] const AttentionJob& job
 
 struct Fa2Loop {
   static constexpr Version kVersion = Version::kFA2;
+  static constexpr bool kFp8 = false;
   static constexpr bool kAsync = true;
   static std::size_t workspace_floats(const AttentionJob& job) { return q_tile_workspace_floats(job); }
   static std::size_t kv_pack_bytes(const AttentionJob& job) { return shared_kv_pack_bytes(job); }

@@ -117,6 +117,7 @@ void run_tile_pair(const AttentionJob& job, const Workspace& wa, const Workspace
 
 struct Fa3Loop {
   static constexpr Version kVersion = Version::kFA3;
+  static constexpr bool kFp8 = true;
   static constexpr bool kAsync = true;
   static constexpr int kQTilesPerItem = 2;
   static std::size_t workspace_floats(const AttentionJob& job) { return 2 * q_tile_workspace_floats(job); }

@@ -379,9 +379,8 @@ inline bool engine_handles(DType dtype) {
   switch (dtype) {
     case DType::kF16: return Engine::template kHandles<DType::kF16>;
     case DType::kBF16: return Engine::template kHandles<DType::kBF16>;
-    case DType::kF32: return false;
+    default: return false;  // fp32; FP8 runs the vector loop
   }
-  return false;
 }
 
 template <class Engine>

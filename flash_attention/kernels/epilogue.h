@@ -8,7 +8,6 @@
 
 namespace fa::FA_KERNEL_NS {
 
-
 // The log-sum-exp of a tile's rows (natural log), when asked for.
 inline void write_tile_lse(const AttentionJob& job, const Workspace& w, const TileItem& it) {
   if (!job.lse) return;
@@ -16,17 +15,39 @@ inline void write_tile_lse(const AttentionJob& job, const Workspace& w, const Ti
   for (int r = 0; r < it.rows; ++r) lse[r] = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
 }
 
+// O rows [0, rows) of a tile in the output dtype ODT: Oᵀ divided by the
+// denominators in w.alpha, transposed in 16 x 16 blocks.
+template <DType ODT>
+inline void store_o_rows(const AttentionJob& job, const Workspace& w, const TileItem& it) {
+  const int D = static_cast<int>(job.head_dim), tq = job.tile_q, rows = it.rows;
+  char* obase = static_cast<char*>(job.o) +
+                (it.b * job.o_strides[0] + it.h * job.o_strides[1] + it.i0 * job.o_strides[2]) * dtype_size(ODT);
+  for (int r0 = 0; r0 < rows; r0 += 16) {
+    const int r1 = r0 + 16 < rows ? r0 + 16 : rows;
+    for (int d0 = 0; d0 < D; d0 += 16) {
+      const int d1 = d0 + 16 < D ? d0 + 16 : D;
+      for (int r = r0; r < r1; ++r) {
+        const std::int64_t row = r * job.o_strides[2];
+        for (int d = d0; d < d1; ++d) store_scalar<ODT>(obase, row + d, w.ot[std::int64_t(d) * tq + r] / w.alpha[r]);
+      }
+    }
+  }
+}
+
 // The tile path's epilogue: normalize once (a row that attended nothing
 // outputs zeros) and write O and the LSE, or a chunk's fp32 partials.
 // `normalized`: Oᵀ is already divided by the row sums (FA1 keeps it so).
+// FP8 inputs: times V's descale factor, in the output dtype the call asked for.
 template <DType DT>
 inline void write_tile_outputs(const AttentionJob& job, const Workspace& w, const TileItem& it, bool normalized = false) {
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, rows = it.rows;
   const std::int64_t b = it.b, h = it.h, split = it.split, i0 = it.i0;
   const std::int64_t BH = job.batch * job.heads, bh = b * job.heads + h;
-  const std::size_t es = dtype_size(DT);
+  // What each row is divided by (alpha is free now): its sum over V's
+  // descale factor (1 but for FP8, which leaves the sum exact).
+  const float out_scale = output_scale(job, h);
+  for (int r = 0; r < rows; ++r) w.alpha[r] = (normalized ? 1.0f : row_denominator(w.l[r])) / out_scale;
   if (job.num_splits > 1) {  // a chunk's normalized fp32 partial, combined later
-    for (int r = 0; r < rows; ++r) w.alpha[r] = row_denominator(w.l[r]);
     float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i0) * D;
     for (int r0 = 0; r0 < rows; r0 += 16) {
       const int r1 = r0 + 16 < rows ? r0 + 16 : rows;
@@ -41,18 +62,7 @@ inline void write_tile_outputs(const AttentionJob& job, const Workspace& w, cons
     for (int r = 0; r < rows; ++r) plse[r] = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
     return;
   }
-  char* obase = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + i0 * job.o_strides[2]) * es;
-  for (int r = 0; r < rows; ++r) w.alpha[r] = normalized ? 1.0f : row_denominator(w.l[r]);  // alpha is free now
-  for (int r0 = 0; r0 < rows; r0 += 16) {
-    const int r1 = r0 + 16 < rows ? r0 + 16 : rows;
-    for (int d0 = 0; d0 < D; d0 += 16) {
-      const int d1 = d0 + 16 < D ? d0 + 16 : D;
-      for (int r = r0; r < r1; ++r) {
-        const std::int64_t row = r * job.o_strides[2];
-        for (int d = d0; d < d1; ++d) store_scalar<DT>(obase, row + d, w.ot[std::int64_t(d) * tq + r] / w.alpha[r]);
-      }
-    }
-  }
+  with_output_dtype<DT>(job, [&]<DType ODT>() { store_o_rows<ODT>(job, w, it); });
   write_tile_lse(job, w, it);
 }
 

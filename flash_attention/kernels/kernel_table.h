@@ -43,7 +43,12 @@ struct AttentionJob {
   float* lse;             // may be null
   std::int64_t lse_strides[2];  // batch, head (elements); rows are contiguous
   const std::int8_t* mask;  // may be null
-  DType dtype;
+  DType dtype;            // of Q, K and V
+  DType o_dtype;          // of O: dtype, or for FP8 inputs fp32, fp16 or bf16
+  // FP8 dequantization factors of Q, K and V (null: 1), element [head *
+  // descale_stride] (stride 0: one per tensor; 1: one per head).
+  const float* descale[3];
+  std::int64_t descale_stride[3];
   std::int64_t batch, seq_q, seq_kv, heads, kv_group, head_dim;
   std::int64_t q_strides[3], k_strides[3], v_strides[3], o_strides[3];  // batch, head, seq (elements)
   float scale_log2;       // softmax scale * log2(e)
@@ -105,6 +110,9 @@ struct KernelTable {
   void (*run)(const AttentionJob* jobs, const std::int64_t* item_ends, std::size_t count);
   // out[i] = 2^in[i] with the softmax's exp2 (tests check its accuracy).
   void (*exp2_array)(const float* in, float* out, int n);
+  // n (a multiple of 8) elements of `dtype` widened to fp32 as the loops
+  // widen K and V (tests check the FP8 conversions).
+  void (*widen_array)(DType dtype, const void* in, float* out, int n);
   // FMA throughput of this path's vector unit on the calling thread, GFLOP/s.
   double (*fma_peak_one_thread)(double seconds);
   // The matrix unit's bf16 throughput on the calling thread, GFLOP/s; null

@@ -7,6 +7,9 @@
 
 #include "../common/dtype_convert.h"
 #include "tile_state.h"
+#if defined(FA_HAVE_SIMD_CONVERT)
+#include "fp8_convert.h"
+#endif
 
 namespace fa::FA_KERNEL_NS {
 
@@ -45,13 +48,21 @@ struct KvLineStream {
 };
 
 
-// Rows [0, rows) of a tile in the caller's dtype to fp32 [rows][D].
+// Rows [0, rows) of a tile in the caller's dtype to fp32 [rows][D] (FP8 as
+// its values, the descale factors being applied to the scores and outputs).
 template <DType DT>
 inline void load_tile(const void* src, std::int64_t row_stride, int rows, int D, float* dst) {
   for (int r = 0; r < rows; ++r) {
     float* out = dst + std::int64_t(r) * D;
     if constexpr (DT == DType::kF32) {
       std::memcpy(out, static_cast<const float*>(src) + r * row_stride, sizeof(float) * D);
+    } else if constexpr (is_fp8(DT)) {
+      const auto* in = static_cast<const std::uint8_t*>(src) + r * row_stride;
+#if defined(FA_HAVE_SIMD_CONVERT)
+      convert_fp8<DT>(in, out, D);
+#else
+      for (int d = 0; d < D; ++d) out[d] = DT == DType::kFP8E4M3 ? detail::fp8_e4m3_to_f32(in[d]) : detail::fp8_e5m2_to_f32(in[d]);
+#endif
     } else {
       const auto* in = static_cast<const std::uint16_t*>(src) + r * row_stride;
 #if defined(FA_HAVE_SIMD_CONVERT)
@@ -67,11 +78,30 @@ template <DType DT>
 inline float load_scalar(const void* base, std::int64_t i) {
   if constexpr (DT == DType::kF32) return static_cast<const float*>(base)[i];
   else if constexpr (DT == DType::kF16) return detail::f16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
-  else return detail::bf16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
+  else if constexpr (DT == DType::kBF16) return detail::bf16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
+  else if constexpr (DT == DType::kFP8E4M3) return detail::fp8_e4m3_to_f32(static_cast<const std::uint8_t*>(base)[i]);
+  else return detail::fp8_e5m2_to_f32(static_cast<const std::uint8_t*>(base)[i]);
 }
 
+// Runs fn.template operator()<ODT>() with the job's output dtype as ODT:
+// DT itself, or for FP8 inputs the fp32, fp16 or bf16 the call asked for.
+template <DType DT, class Fn>
+inline void with_output_dtype(const AttentionJob& job, Fn&& fn) {
+  if constexpr (is_fp8(DT)) {
+    switch (job.o_dtype) {
+      case DType::kF16: fn.template operator()<DType::kF16>(); break;
+      case DType::kBF16: fn.template operator()<DType::kBF16>(); break;
+      default: fn.template operator()<DType::kF32>(); break;
+    }
+  } else {
+    fn.template operator()<DT>();
+  }
+}
+
+// An output element (fp32, fp16 or bf16: FP8 is never written).
 template <DType DT>
 inline void store_scalar(void* base, std::int64_t i, float x) {
+  static_assert(!is_fp8(DT), "outputs are fp32, fp16 or bf16");
   if constexpr (DT == DType::kF32) static_cast<float*>(base)[i] = x;
   else if constexpr (DT == DType::kF16) static_cast<std::uint16_t*>(base)[i] = detail::f32_to_f16(x);
   else static_cast<std::uint16_t*>(base)[i] = detail::f32_to_bf16(x);

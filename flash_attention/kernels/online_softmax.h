@@ -130,7 +130,7 @@ inline void scaled_softmax_tile(const Workspace& w, int cols, int nvec, int tq, 
 // scaled first.  Returns the scale the softmax still has to apply.
 inline float prepare_scores(const AttentionJob& job, const Workspace& w, const TileItem& it, std::int64_t j0, int cols) {
   const int tq = job.tile_q;
-  float scale = job.scale_log2;
+  float scale = score_scale(job, it.h);
   if (has_score_modifiers(job)) {
     const typename Vec::T vscale = Vec::set1(scale);
     for (int c = 0; c < cols; ++c) {

@@ -1,11 +1,11 @@
 // Measurements of the path's own units, for the benchmark's Utilization
 // line and the tests: the vector FMA peak on one thread, and the softmax's
-// exp2 over an array.
+// exp2 and the K/V widening over an array.
 #pragma once
 
 #include <ctime>
 
-#include "tile_state.h"
+#include "kv_tiles.h"
 
 namespace fa::FA_KERNEL_NS {
 
@@ -35,6 +35,17 @@ inline void exp2_array(const float* in, float* out, int n) {
     for (int k = 0; k < n - i; ++k) buf[k] = in[i + k];
     Vec::store(buf, Vec::exp2(Vec::load(buf)));
     for (int k = 0; k < n - i; ++k) out[i + k] = buf[k];
+  }
+}
+
+// A K/V row's widening (load_tile), for any dtype.
+inline void widen_array(DType dtype, const void* in, float* out, int n) {
+  switch (dtype) {
+    case DType::kF32: load_tile<DType::kF32>(in, 0, 1, n, out); break;
+    case DType::kF16: load_tile<DType::kF16>(in, 0, 1, n, out); break;
+    case DType::kBF16: load_tile<DType::kBF16>(in, 0, 1, n, out); break;
+    case DType::kFP8E4M3: load_tile<DType::kFP8E4M3>(in, 0, 1, n, out); break;
+    case DType::kFP8E5M2: load_tile<DType::kFP8E5M2>(in, 0, 1, n, out); break;
   }
 }
 

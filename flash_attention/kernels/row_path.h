@@ -19,7 +19,7 @@ using detail::kRowPathMaxRows;
 // each K/V element once, so a separate widening pass into a buffer would
 // double its memory traffic.
 template <DType DT>
-using Elem = std::conditional_t<DT == DType::kF32, float, std::uint16_t>;
+using Elem = std::conditional_t<DT == DType::kF32, float, std::conditional_t<is_fp8(DT), std::uint8_t, std::uint16_t>>;
 
 template <DType DT>
 inline typename Vec::T load_elems(const Elem<DT>* p) {
@@ -107,7 +107,7 @@ void run_rows(const AttentionJob& job, const Workspace& w, const TileItem& it) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
 #if defined(FA_HAVE_SIMD_CONVERT)
     // 16-bit K/V are read in place and widened in registers (see load_elems).
-    constexpr bool kFused = DT != DType::kF32;
+    constexpr bool kFused = DT == DType::kF16 || DT == DType::kBF16;
 #else
     constexpr bool kFused = false;
 #endif
@@ -118,13 +118,14 @@ void run_rows(const AttentionJob& job, const Workspace& w, const TileItem& it) {
       const std::int64_t i = query_of(rr), head = head_of(rr);
       float* srow = w.st;  // [cols] scores, then probabilities
       const float* qr = q + rr * D;
+      const float scale = score_scale(job, head);
 #if defined(FA_HAVE_SIMD_CONVERT)
       if constexpr (kFused) {
-        for (int c = 0; c < cols; ++c) srow[c] = dot<DT>(qr, k16 + c * job.k_strides[2], D) * job.scale_log2;
+        for (int c = 0; c < cols; ++c) srow[c] = dot<DT>(qr, k16 + c * job.k_strides[2], D) * scale;
       } else
 #endif
       {
-        for (int c = 0; c < cols; ++c) srow[c] = dot<DType::kF32>(qr, kv.k + c * kv.ldk, D) * job.scale_log2;
+        for (int c = 0; c < cols; ++c) srow[c] = dot<DType::kF32>(qr, kv.k + c * kv.ldk, D) * scale;
       }
       if (has_score_modifiers(job)) modify_scores(job, head, i, 1, j0, cols, srow, 1, 0);
       if (job.window.active) mask_window(job, i, j0, cols, srow, 1);
@@ -165,7 +166,7 @@ void run_rows(const AttentionJob& job, const Workspace& w, const TileItem& it) {
   const std::int64_t BH = job.batch * job.heads;
   for (int rr = 0; rr < total_rows; ++rr) {
     const std::int64_t i = query_of(rr), head = head_of(rr), bh = b * job.heads + head;
-    const float den = row_denominator(w.l[rr]);
+    const float den = row_denominator(w.l[rr]) / output_scale(job, head);  // V's descale (FP8) or 1
     const float lse = w.l[rr] > 0.0f ? w.m[rr] * kLn2 + std::log(w.l[rr]) : kNegInf;
     if (job.num_splits > 1) {
       float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i) * D;
@@ -173,8 +174,11 @@ void run_rows(const AttentionJob& job, const Workspace& w, const TileItem& it) {
       job.partial_lse[(split * BH + bh) * job.seq_q + i] = lse;
       continue;
     }
-    char* orow = static_cast<char*>(job.o) + (b * job.o_strides[0] + head * job.o_strides[1] + i * job.o_strides[2]) * es;
-    for (int d = 0; d < D; ++d) store_scalar<DT>(orow, d, o[rr * D + d] / den);
+    with_output_dtype<DT>(job, [&]<DType ODT>() {
+      char* orow = static_cast<char*>(job.o) +
+                   (b * job.o_strides[0] + head * job.o_strides[1] + i * job.o_strides[2]) * dtype_size(ODT);
+      for (int d = 0; d < D; ++d) store_scalar<ODT>(orow, d, o[rr * D + d] / den);
+    });
     if (job.lse) job.lse[b * job.lse_strides[0] + head * job.lse_strides[1] + i] = lse;
   }
 }

@@ -1,6 +1,6 @@
 // What changes scores and probabilities besides masks: soft-capping,
 // ALiBi, the additive bias, attention sinks (the softmax state a row starts
-// from) and dropout.
+// from), dropout, and FP8's descale factors.
 #pragma once
 
 #include "tile_state.h"
@@ -23,6 +23,16 @@ inline float initial_row_max(const AttentionJob& job, std::int64_t h, std::int64
   return job.sinks && split == 0 ? job.sinks[h] * 1.4426950408889634f : kNegInf;
 }
 inline float initial_row_sum(const AttentionJob& job, std::int64_t split) { return job.sinks && split == 0 ? 1.0f : 0.0f; }
+
+// FP8 inputs' dequantization factors (1 for other dtypes): the scores of
+// query head h are scaled by Q's and K's, its output by V's.
+inline float descale_of(const AttentionJob& job, int tensor, std::int64_t head) {
+  return job.descale[tensor] ? job.descale[tensor][head * job.descale_stride[tensor]] : 1.0f;
+}
+inline float score_scale(const AttentionJob& job, std::int64_t h) {
+  return job.scale_log2 * descale_of(job, 0, h) * descale_of(job, 1, h / job.kv_group);
+}
+inline float output_scale(const AttentionJob& job, std::int64_t h) { return descale_of(job, 2, h / job.kv_group); }
 
 inline bool has_score_modifiers(const AttentionJob& job) {
   return job.softcap_log2 > 0.0f || job.alibi_slopes || job.bias;

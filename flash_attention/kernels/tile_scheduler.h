@@ -89,7 +89,7 @@ void run_all(const AttentionJob* jobs, const std::int64_t* ends, std::size_t cou
 }
 
 // The KernelTable's `run`: the job's dtype and prefetch choice become
-// template parameters here, once (loops without the prefetch, Loop::kAsync
+// template parameters here, once (FP8 only for loops with Loop::kFp8) (loops without the prefetch, Loop::kAsync
 // false, are compiled without it).
 template <class Loop, DType DT>
 void run_all_prefetch(const AttentionJob* jobs, const std::int64_t* ends, std::size_t count) {
@@ -104,6 +104,17 @@ void run_jobs(const AttentionJob* jobs, const std::int64_t* ends, std::size_t co
     case DType::kF32: run_all_prefetch<Loop, DType::kF32>(jobs, ends, count); break;
     case DType::kF16: run_all_prefetch<Loop, DType::kF16>(jobs, ends, count); break;
     case DType::kBF16: run_all_prefetch<Loop, DType::kBF16>(jobs, ends, count); break;
+    case DType::kFP8E4M3:
+    case DType::kFP8E5M2:
+      // Only loops that take FP8 are compiled for it (FA3; the others refuse it).
+      if constexpr (Loop::kFp8) {
+        if (jobs[0].dtype == DType::kFP8E4M3) {
+          run_all_prefetch<Loop, DType::kFP8E4M3>(jobs, ends, count);
+        } else {
+          run_all_prefetch<Loop, DType::kFP8E5M2>(jobs, ends, count);
+        }
+      }
+      break;
   }
 }
 

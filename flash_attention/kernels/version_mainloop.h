@@ -36,6 +36,7 @@ inline constexpr detail::KernelTable kernel_table_of(Isa isa, const char* name, 
           &VersionLoop::items,
           &run_jobs<VersionLoop>,
           &exp2_array,
+          &widen_array,
           &fma_peak_one_thread,
           matrix_peak};
 }

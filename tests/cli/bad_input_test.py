@@ -38,7 +38,7 @@ CASES = {
     "partial_inputs": (lambda d: SHAPE + inputs(d)[:1], "must be given together"),
     "mask_size_mismatch": (lambda d: SHAPE + [f"--causal-mask={write(os.path.join(d, 'm.bin'), 32 * 32)}"],
                            "--causal-mask: "),
-    "unknown_dtype": (lambda d: ["--dtype=fp8"], "--dtype: unknown dtype 'fp8' (expected fp16, bf16 or fp32)"),
+    "unknown_dtype": (lambda d: ["--dtype=fp8"], "--dtype: unknown dtype 'fp8' (expected fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2)"),
     "unknown_layout": (lambda d: ["--layout=SBH"], "--layout: unknown layout 'SBH'"),
     "unknown_flag": (lambda d: ["--bhu-limit=32"], "unknown flag --bhu-limit"),
     "head_dim_not_multiple_of_8": (lambda d: ["--head-dim=60"], "--head-dim: 60 is not valid (expected a multiple of 8"),
@@ -79,6 +79,23 @@ FA1_CASES = {
     "fa1_varlen": (lambda d: ["--layout=TND", "--cu-seqlens-q=0,10,30", "--cu-seqlens-kv=0,10,30"],
                    "FlashAttention-1 does not offer variable-length sequences"),
 }
+# FP8: fa3_benchmark checks its flags and data; the other versions refuse it.
+FP8 = ["--dtype=fp8_e4m3"]
+Q_FP8, KV_FP8 = Q_BYTES // 2, KV_BYTES // 2
+FA3_CASES = {
+    "fp8_input_size_mismatch": (lambda d: SHAPE + FP8 + inputs(d, q=Q_FP8, k=KV_FP8 * 2, v=KV_FP8),
+                                "--input-k: "),
+    "fp8_descale_zero": (lambda d: FP8 + ["--descale-q=0"], "--descale-q: '0' is not a finite positive factor"),
+    "fp8_descale_negative": (lambda d: FP8 + ["--descale-k=-1"], "--descale-k: '-1' is not a finite positive factor"),
+    "fp8_descale_nan": (lambda d: FP8 + ["--descale-v=nan"], "--descale-v: 'nan' is not a finite positive factor"),
+    "fp8_descale_count": (lambda d: FP8 + ["--num-heads=4", "--descale-q=1,2"], "--descale-q: 2 values for 4 heads"),
+    "fp8_out_dtype": (lambda d: FP8 + ["--out-dtype=fp8_e5m2"], "--out-dtype: 'fp8_e5m2' is not an output dtype"),
+    "descale_without_fp8": (lambda d: ["--dtype=bf16", "--descale-q=2"], "--descale-q: applies to FP8 inputs only"),
+}
+FP8_REFUSED = {
+    "fp8_needs_fa3": (lambda d: FP8, "FP8 inputs (fp8_e4m3) run on FlashAttention-3 only"),
+}
+
 # A version's own expectation where the shared case meets its refusal first.
 VERSION_EXPECTED = {
     ("fa1", "tiles_exceed_l2"): "FlashAttention-1 runs 64x64 tiles only",
@@ -91,7 +108,8 @@ def version_of(binary):
 
 
 def cases_for(version):
-    return {**CASES, **(FA1_CASES if version == "fa1" else {})}
+    own = {"fa1": {**FA1_CASES, **FP8_REFUSED}, "fa2": FP8_REFUSED, "fa3": FA3_CASES}
+    return {**CASES, **own.get(version, {})}
 
 
 def run_case(binary, name):

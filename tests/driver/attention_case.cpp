@@ -29,6 +29,10 @@ double rel_l2_bound(DType dtype) {
     case DType::kF32: return 1e-5;
     case DType::kF16: return 2e-3;
     case DType::kBF16: return 1e-2;
+    // FP8 (FA3), against the reference on the decoded values: the products
+    // and softmax are fp32, so the output's rounding to its dtype remains.
+    case DType::kFP8E4M3:
+    case DType::kFP8E5M2: return 1e-2;
   }
   return 0.0;
 }
@@ -66,6 +70,10 @@ std::string describe(const CaseSpec& s) {
   if (s.bias_heads) out << " bias_heads=" << s.bias_heads;
   if (p.softcap > 0) out << " softcap=" << p.softcap;
   if (p.keep_prob < 1.0f) out << " keep_prob=" << p.keep_prob;
+  if (is_fp8(s.dtype)) {
+    out << " out=" << dtype_name(s.out_dtype);
+    if (s.descale) out << (s.descale == 1 ? " descale=tensor" : " descale=head");
+  }
   if (s.accuracy_rule) out << " accuracy-rule";
   if (p.num_splits != 0 && p.num_splits != 1) {
     out << " splits=" << (p.num_splits == kSplitsAuto ? std::string("auto") : std::to_string(p.num_splits));
@@ -79,7 +87,7 @@ Status case_supported(Version version, const CaseSpec& spec) {
   static const float sink_stand_in[1] = {0.0f};
   if (!spec.seq_lens_q.empty()) p.cu_seqlens_q = p.cu_seqlens_kv = stand_in;
   if (spec.with_sinks) p.sinks = sink_stand_in;
-  return version_supports(version, p);
+  return version_supports(version, p, spec.dtype);
 }
 
 CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
@@ -100,14 +108,15 @@ CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
   const std::int64_t B = varlen ? 1 : p.batch, H = p.num_heads, Hkv = p.kv_heads(), Sq = p.seq_q, Skv = p.seq_kv,
                      D = p.head_dim;
   const std::size_t es = dtype_size(spec.dtype);
+  const DType out_dtype = is_fp8(spec.dtype) ? spec.out_dtype : spec.dtype;
   HostBuffer q(B * H * Sq * D * es), k(B * Hkv * Skv * D * es), v(B * Hkv * Skv * D * es),
-      o(B * H * Sq * D * es);
+      o(B * H * Sq * D * dtype_size(out_dtype));
   fill_normal(q.data(), spec.dtype, B * H * Sq * D, spec.seed * 4 + 0, spec.input_scale);
   fill_normal(k.data(), spec.dtype, B * Hkv * Skv * D, spec.seed * 4 + 1, spec.input_scale);
   fill_normal(v.data(), spec.dtype, B * Hkv * Skv * D, spec.seed * 4 + 2, 1.0);
   // O starts as NaN so an element the kernel forgets to write shows up.
   for (std::int64_t i = 0; i < B * H * Sq * D; ++i) {
-    detail::store_from_f32(o.data(), spec.dtype, i, std::numeric_limits<float>::quiet_NaN());
+    detail::store_from_f32(o.data(), out_dtype, i, std::numeric_limits<float>::quiet_NaN());
   }
 
   std::vector<std::int8_t> mask;
@@ -117,6 +126,21 @@ CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
     NormalRng rng(spec.seed * 4 + 5);
     for (std::int64_t h = 0; h < H; ++h) sinks.push_back(static_cast<float>(rng.next() * 2.0));
     p.sinks = sinks.data();
+  }
+  std::vector<float> descales[3];  // Q, K, V
+  if (spec.descale) {
+    NormalRng rng(spec.seed * 4 + 7);
+    const std::int64_t heads[3] = {H, Hkv, Hkv};
+    for (int i = 0; i < 3; ++i) {
+      for (std::int64_t h = 0; h < (spec.descale == 1 ? 1 : heads[i]); ++h) {
+        descales[i].push_back(static_cast<float>(0.25 + 0.75 * rng.next_uniform()));
+      }
+    }
+    p.descale_q = descales[0].data();
+    p.descale_k = descales[1].data();
+    p.descale_v = descales[2].data();
+    p.descale_q_count = static_cast<std::int64_t>(descales[0].size());
+    p.descale_k_count = p.descale_v_count = static_cast<std::int64_t>(descales[1].size());
   }
   std::vector<float> slopes, bias;
   if (spec.with_alibi) {
@@ -147,7 +171,7 @@ CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
   t.q = make_view(q.data(), spec.dtype, layout, B, H, Sq, D);
   t.k = make_view(k.data(), spec.dtype, layout, B, Hkv, Skv, D);
   t.v = make_view(v.data(), spec.dtype, layout, B, Hkv, Skv, D);
-  t.o = make_view(o.data(), spec.dtype, layout, B, H, Sq, D);
+  t.o = make_view(o.data(), out_dtype, layout, B, H, Sq, D);
   std::vector<float> lse(static_cast<std::size_t>(B * H * Sq), std::numeric_limits<float>::quiet_NaN());
   t.lse = lse.data();
 
@@ -166,7 +190,7 @@ CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
     for (std::int64_t h = 0; h < H; ++h) {
       for (std::int64_t i = 0; i < Sq; ++i) {
         for (std::int64_t d = 0; d < D; ++d) {
-          const double got = detail::load_as_f32(o.data(), spec.dtype, t.o.offset(b, h, i, d));
+          const double got = detail::load_as_f32(o.data(), out_dtype, t.o.offset(b, h, i, d));
           const double want = ref[((b * Sq + i) * H + h) * D + d];
           if (!std::isfinite(got)) {
             ++r.nonfinite;

@@ -36,6 +36,10 @@ struct CaseSpec {
   // at most twice that of a same-dtype attention (fa::same_dtype_attention).
   bool accuracy_rule = false;
   // params.softcap is used as given.
+  // FP8 inputs (FA3): O's dtype (fp32, fp16 or bf16), and random descale
+  // factors in [0.25, 1] per tensor (1) or per head (2); 0: none (1).
+  DType out_dtype = DType::kBF16;
+  int descale = 0;
 };
 
 struct CaseResult {

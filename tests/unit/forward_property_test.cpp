@@ -4,6 +4,7 @@
 // thread-count independence).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -121,6 +122,29 @@ TEST_P(RandomShapes, MatchesFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, RandomShapes, ::testing::Combine(kPaths, kDtypes, ::testing::Range(0, 25)),
+                         [](const auto& info) {
+                           return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
+                                  std::string(fa::dtype_name(std::get<1>(info.param))) + "_" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
+
+// FP8 inputs (FA3; FA1 and FA2 must refuse them) on the same random
+// shapes and options, with every output dtype and descale factors per
+// tensor or per head, against the reference on the decoded values.
+class Fp8Shapes : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, int>> {};
+
+TEST_P(Fp8Shapes, MatchesFloat64Reference) {
+  const auto [isa, dtype, index] = GetParam();
+  SKIP_UNLESS_AVAILABLE(isa);
+  CaseSpec c = random_case(dtype, 77000u + static_cast<std::uint32_t>(index) * 7919u + static_cast<std::uint32_t>(dtype));
+  c.out_dtype = std::array{DType::kBF16, DType::kF16, DType::kF32}[index % 3];
+  c.descale = index % 3;
+  expect_matches_reference(c, isa);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, Fp8Shapes,
+                         ::testing::Combine(kPaths, ::testing::Values(DType::kFP8E4M3, DType::kFP8E5M2),
+                                            ::testing::Range(0, 12)),
                          [](const auto& info) {
                            return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
                                   std::string(fa::dtype_name(std::get<1>(info.param))) + "_" +

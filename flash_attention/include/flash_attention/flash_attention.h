@@ -77,10 +77,18 @@ FA_API std::string_view version_name(Version version);
 
 // ----------------------------------------------------------------- dtype ---
 
-enum class DType { kF32, kF16, kBF16 };
+// fp32, fp16 and bf16 for every tensor; the 8-bit floats of the OCP FP8
+// format (e4m3fn: 4 exponent bits, 3 mantissa bits, max 448, NaN but no Inf;
+// e5m2: 5 and 2, max 57344, Inf and NaN) for Q, K and V of FA3, with the
+// output in fp32, fp16 or bf16 and a dequantization factor per tensor or per
+// head (AttentionParams::descale_*).
+enum class DType { kF32, kF16, kBF16, kFP8E4M3, kFP8E5M2 };
+
+inline constexpr bool is_fp8(DType dtype) { return dtype == DType::kFP8E4M3 || dtype == DType::kFP8E5M2; }
 
 FA_API std::size_t dtype_size(DType dtype);
-// "fp32", "fp16", "bf16": the spellings the command-line tools accept.
+// "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2": the spellings the
+// command-line tools accept.
 FA_API std::string_view dtype_name(DType dtype);
 FA_API std::optional<DType> parse_dtype(std::string_view name);
 
@@ -197,6 +205,15 @@ struct FA_API AttentionParams {
   const float* bias = nullptr;
   std::int64_t bias_heads = 0;          // 1 (shared) or num_heads
 
+  // FP8 inputs (FA3): the real value of an element is its FP8 value times
+  // its tensor's descale factor, one per tensor (count 1) or one per head
+  // (num_heads for Q, num_kv_heads for K and V); finite and positive.  Null
+  // means 1.  Given for other dtypes, they are refused.
+  const float* descale_q = nullptr;
+  const float* descale_k = nullptr;
+  const float* descale_v = nullptr;
+  std::int64_t descale_q_count = 0, descale_k_count = 0, descale_v_count = 0;
+
   // Threads used; 0 means every core this process may run on.  Either way
   // capped by the FA_MAX_THREADS environment variable when set.
   int threads = 0;
@@ -228,7 +245,8 @@ struct AttentionTensors {
   TensorView q;  // [batch, num_heads,    seq_q,  head_dim]
   TensorView k;  // [batch, num_kv_heads, seq_kv, head_dim]
   TensorView v;  // [batch, num_kv_heads, seq_kv, head_dim]
-  TensorView o;  // [batch, num_heads,    seq_q,  head_dim], written
+  TensorView o;  // [batch, num_heads,    seq_q,  head_dim], written: Q's dtype, or for FP8
+                 // inputs fp32, fp16 or bf16
   // Optional log-sum-exp of each score row (natural log, scaled scores),
   // fp32 [batch, num_heads, seq_q] contiguous.  -inf for a fully masked row.
   float* lse = nullptr;
@@ -269,12 +287,13 @@ FA_API int default_thread_count();
 FA_API Status fa1_forward(const AttentionParams& params, const AttentionTensors& tensors);
 // FlashAttention-2.
 FA_API Status fa2_forward(const AttentionParams& params, const AttentionTensors& tensors);
-// FlashAttention-3: every FA2 feature, two Q tiles per work item.
+// FlashAttention-3: every FA2 feature, two Q tiles per work item, and FP8
+// inputs (FA1 and FA2 refuse those).
 FA_API Status fa3_forward(const AttentionParams& params, const AttentionTensors& tensors);
 
-// Whether `version` offers what `params` asks for (OK), else an Unsupported
-// status saying what it lacks and which version has it.
-FA_API Status version_supports(Version version, const AttentionParams& params);
+// Whether `version` offers what `params` asks for on inputs of `dtype` (OK),
+// else an Unsupported status saying what it lacks and which version has it.
+FA_API Status version_supports(Version version, const AttentionParams& params, DType dtype);
 
 // The path a forward call would run for `params` (forced, FA_ISA, or the
 // best), or an Unsupported status naming the missing instruction set.

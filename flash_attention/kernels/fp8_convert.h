@@ -1,0 +1,39 @@
+// FP8 to fp32, eight values at a time with F16C, on the paths that have it
+// (avx2, and the AVX-512 paths, which are built with AVX2 and F16C too).
+// Both formats are re-read as fp16 bit patterns, which F16C widens exactly:
+// e5m2 is an fp16's top byte; an e4m3 byte shifted into an fp16's exponent
+// and mantissa fields is its value times 2^-8 (biases 7 and 15), so one
+// exact multiplication by 256 follows, and its NaN code (S.1111.111), which
+// that reading would take for 1.875 * 2^0, is set to NaN.  Included by
+// kv_tiles.h inside the path's namespace when FA_HAVE_SIMD_CONVERT is set.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace fa::FA_KERNEL_NS {
+
+template <DType DT>
+inline __m256 fp8x8_to_f32(const std::uint8_t* src) {
+  const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+  if constexpr (DT == DType::kFP8E5M2) {
+    return _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
+  } else {
+    const __m128i magnitude = _mm_and_si128(w, _mm_set1_epi16(0x7f));
+    const __m128i bits = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8),
+                                      _mm_slli_epi16(magnitude, 7));
+    const __m256 value = _mm256_mul_ps(_mm256_cvtph_ps(bits), _mm256_set1_ps(256.0f));
+    const __m256 nan =
+        _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(magnitude, _mm_set1_epi16(0x7f))));
+    return _mm256_blendv_ps(value, _mm256_set1_ps(__builtin_nanf("")), nan);
+  }
+}
+
+// n (a multiple of 8) FP8 values to fp32.
+template <DType DT>
+inline void convert_fp8(const std::uint8_t* src, float* dst, int n) {
+  for (int i = 0; i < n; i += 8) _mm256_storeu_ps(dst + i, fp8x8_to_f32<DT>(src + i));
+}
+
+}  // namespace fa::FA_KERNEL_NS
