@@ -9,8 +9,12 @@ Shapes, dtype, layout and causality come from config.txt beside Q (not the
 guide's constants).  `ulps` is the largest error in units of the output
 dtype's last place at the reference value (the guide divides by fp32's
 epsilon whatever the dtype, which measures nothing in particular).
-Overall PASS: max abs error below the tolerance (default 1e-2 fp16, 2e-2 bf16,
-1e-4 fp32) and no Inf or NaN.  Exit status: 0 PASS, 1 FAIL, 2 bad input.
+Overall PASS: max abs error below the tolerance (default by the output's
+dtype: 1e-2 fp16, 2e-2 bf16, 1e-4 fp32) and no Inf or NaN.  For FP8 inputs
+the report adds the error against attention on the unquantized data
+(unquantized_{Q,K,V}.bin beside Q, written by gen_fa2_test_data.py): the
+quantization error itself, reported, not judged.
+Exit status: 0 PASS, 1 FAIL, 2 bad input.
 """
 import argparse
 import os
@@ -52,6 +56,24 @@ def metrics(out, ref, dtype):
     }
 
 
+def unquantized_error(case, q_path):
+    """The output's error against attention on the fp32 data before FP8
+    quantization, when unquantized_{Q,K,V}.bin are beside Q."""
+    cfg, d = case["cfg"], os.path.dirname(os.path.abspath(q_path))
+    b, sq, skv, h, hkv, hd = (cfg[k] for k in ("batch_size", "seq_len_q", "seq_len_kv", "num_heads", "num_kv_heads",
+                                                "head_dim"))
+    raw = {}
+    for name, seq, heads in (("Q", sq, h), ("K", skv, hkv), ("V", skv, hkv)):
+        path = os.path.join(d, f"unquantized_{name}.bin")
+        raw[name] = fa_data.to_bnsd(fa_data.load_tensor(path, "fp32", b * seq * heads * hd, f"unquantized {name}"),
+                                    b, seq, heads, hd, cfg["layout"])
+    ref = fa_data.reference_attention(raw["Q"], raw["K"], raw["V"], case["mask"])
+    ref = ref.transpose(0, 2, 1, 3).reshape(case["out"].shape)
+    diff = np.abs(case["out"] - ref)
+    return {"max_abs_error": float(diff.max()),
+            "rel_l2_error": float(np.sqrt(np.sum(diff ** 2) / max(np.sum(ref ** 2), 1e-300)))}
+
+
 def main():
     p = OneLineParser(description="Extended correctness metrics against a float64 reference.")
     p.add_argument("output", nargs="?", default="./output_attention.bin")
@@ -66,14 +88,22 @@ def main():
         case = fa_data.load_case(a.output, a.q, a.k, a.v, a.config, a.mask)
     except fa_data.InputError as e:
         fa_data.fail_input(str(e))
-    dtype = case["cfg"]["dtype"]
+    cfg = case["cfg"]
+    dtype = cfg["out_dtype"]
     tol = fa_data.DEFAULT_TOLERANCE[dtype] if a.tolerance is None else a.tolerance
     m = metrics(case["out"], case["ref"], dtype)
+    quantization = None
+    if cfg["dtype"] in fa_data.FP8:
+        quantization = unquantized_error(case, a.q)
     print("\n" + "=" * 55)
     print("  Correctness Verification Report")
     print("=" * 55)
     for k, v in m.items():
         print(f"  {k:<22}: {v:.6e}" if isinstance(v, float) else f"  {k:<22}: {v}")
+    if quantization is not None:
+        print("\n  Against the unquantized inputs (the FP8 quantization error):")
+        for k, v in quantization.items():
+            print(f"  {k:<22}: {v:.6e}")
     ok = m["inf_count"] == 0 and m["nan_count"] == 0 and m["max_abs_error"] < tol
     print(f"\n  Tolerance             : {tol}")
     print(f"  Overall: {'PASS' if ok else 'FAIL'}")

@@ -1,5 +1,6 @@
-"""Shared helpers of the data scripts: dtypes (bf16 via uint16), config.txt,
-the causal mask rule, atomic file writes, and the float64 reference.
+"""Shared helpers of the data scripts: dtypes (bf16 via uint16, FP8 via
+uint8), config.txt, the causal mask rule, atomic file writes, and the float64
+reference.
 
 Kept free of everything but NumPy and the standard library.
 """
@@ -15,12 +16,19 @@ DTYPES = {
     "fp16": ("float16", 2),
     "bf16": ("bfloat16", 2),
     "fp32": ("float32", 4),
+    "fp8_e4m3": ("float8_e4m3fn", 1),
+    "fp8_e5m2": ("float8_e5m2", 1),
 }
+FP8 = ("fp8_e4m3", "fp8_e5m2")
+# FP8 formats: (mantissa bits, exponent bias, largest finite value).
+FP8_FORMATS = {"fp8_e4m3": (3, 7, 448.0), "fp8_e5m2": (2, 15, 57344.0)}
 CONFIG_NAMES = {v[0]: k for k, v in DTYPES.items()}
 LAYOUTS = ("BSH", "BSND", "BNSD")
 # Default max-abs tolerance per dtype: the guide's 1e-2 for fp16; bf16 keeps
 # 8 mantissa bits, so its output rounding alone reaches ~4e-3 near 1.
 DEFAULT_TOLERANCE = {"fp16": 1e-2, "bf16": 2e-2, "fp32": 1e-4}
+# The dtypes an output is written in (FP8 inputs write one of these).
+OUTPUT_DTYPES = ("bf16", "fp16", "fp32")
 
 
 class InputError(Exception):
@@ -37,7 +45,7 @@ def parse_dtype(name):
         return name
     if name in CONFIG_NAMES:
         return CONFIG_NAMES[name]
-    raise InputError(f"unknown dtype '{name}' (expected fp16, bf16 or fp32)")
+    raise InputError(f"unknown dtype '{name}' (expected fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2)")
 
 
 def f32_to_bf16_bits(x):
@@ -53,12 +61,48 @@ def bf16_bits_to_f32(bits):
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def fp8_values(dtype):
+    """The 256 codes of an FP8 format as float64 (NaN for its NaN codes)."""
+    man_bits, bias, _ = FP8_FORMATS[dtype]
+    codes = np.arange(256)
+    exp = (codes & 0x7F) >> man_bits
+    man = codes & ((1 << man_bits) - 1)
+    mag = np.where(exp == 0, np.ldexp(man.astype(np.float64), 1 - bias - man_bits),
+                   np.ldexp(((1 << man_bits) + man).astype(np.float64), exp - bias - man_bits))
+    if dtype == "fp8_e4m3":  # no Inf; S.1111.111 is NaN
+        mag = np.where((codes & 0x7F) == 0x7F, np.nan, mag)
+    else:  # e5m2: exponent 31 is Inf (mantissa 0) or NaN
+        mag = np.where(exp == 31, np.where(man == 0, np.inf, np.nan), mag)
+    return np.where(codes & 0x80, -mag, mag)
+
+
+def f32_to_fp8_bits(x, dtype):
+    """float values -> uint8 FP8 codes, round to nearest even; beyond the
+    largest finite value e4m3 saturates (it has no Inf), e5m2 becomes Inf."""
+    man_bits, bias, max_finite = FP8_FORMATS[dtype]
+    values = fp8_values(dtype)
+    max_code = int(np.nonzero(values == max_finite)[0][0])
+    table = values[: max_code + 1]  # the non-negative finite codes, increasing
+    a = np.abs(np.asarray(x, dtype=np.float64))
+    hi = np.clip(np.searchsorted(table, a), 1, max_code)
+    lo = hi - 1
+    d_lo, d_hi = a - table[lo], table[hi] - a
+    code = np.where(d_lo < d_hi, lo, np.where(d_hi < d_lo, hi, np.where(lo % 2 == 0, lo, hi)))
+    code = np.where(a >= table[max_code], max_code, code)
+    if dtype == "fp8_e5m2":  # the rounding boundary above the largest finite value goes to Inf
+        code = np.where(a >= max_finite + np.ldexp(1.0, int(np.log2(max_finite)) - man_bits - 1), 0x7C, code)
+    code = np.where(np.isnan(a), 0x7F if dtype == "fp8_e4m3" else 0x7E, code)
+    return (code | np.where(np.signbit(x), 0x80, 0)).astype(np.uint8)
+
+
 def to_storage(x_f32, dtype):
     """float32 values -> array whose bytes are the dtype's storage."""
     if dtype == "fp32":
         return x_f32.astype(np.float32)
     if dtype == "fp16":
         return x_f32.astype(np.float16)
+    if dtype in FP8:
+        return f32_to_fp8_bits(x_f32, dtype)
     return f32_to_bf16_bits(x_f32)
 
 
@@ -66,11 +110,13 @@ def from_storage(raw_bytes_array, dtype):
     """1-D array read with storage_numpy_dtype(dtype) -> float64 values."""
     if dtype == "bf16":
         return bf16_bits_to_f32(raw_bytes_array).astype(np.float64)
+    if dtype in FP8:
+        return fp8_values(dtype)[raw_bytes_array]
     return raw_bytes_array.astype(np.float64)
 
 
 def storage_numpy_dtype(dtype):
-    return {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}[dtype]
+    return {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16, "fp8_e4m3": np.uint8, "fp8_e5m2": np.uint8}[dtype]
 
 
 def causal_mask(seq_q, seq_kv):
@@ -128,6 +174,17 @@ def read_config(path):
     if out["num_kv_heads"] <= 0 or out["num_heads"] % out["num_kv_heads"]:
         raise InputError(f"{path}: num_kv_heads={out['num_kv_heads']} must divide num_heads={out['num_heads']}")
     out["dtype"] = parse_dtype(cfg.get("dtype", "float16"))
+    # FP8 inputs: the output's dtype and each tensor's dequantization factor.
+    out["out_dtype"] = parse_dtype(cfg.get("out_dtype", "bfloat16" if out["dtype"] in FP8 else out["dtype"]))
+    if out["out_dtype"] not in OUTPUT_DTYPES or (out["dtype"] not in FP8 and out["out_dtype"] != out["dtype"]):
+        raise InputError(f"{path}: out_dtype={cfg.get('out_dtype')} does not go with dtype={cfg.get('dtype')}")
+    for key in ("descale_q", "descale_k", "descale_v"):
+        try:
+            out[key] = float(cfg.get(key, "1"))
+        except ValueError:
+            raise InputError(f"{path}: {key}={cfg[key]} is not a number") from None
+        if not (np.isfinite(out[key]) and out[key] > 0):
+            raise InputError(f"{path}: {key} must be a finite positive number (got {cfg[key]})")
     out["causal"] = cfg.get("causal", "true").lower() in ("1", "true", "yes", "on")
     out["layout"] = cfg.get("layout", "BSH").upper()
     if out["layout"] not in LAYOUTS:
@@ -193,10 +250,11 @@ def load_case(output_path, q_path, k_path, v_path, config_path=None, mask_path=N
     b, sq, skv = cfg["batch_size"], cfg["seq_len_q"], cfg["seq_len_kv"]
     h, hkv, d, dtype, layout = cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"], cfg["dtype"], cfg["layout"]
     print("Loading data...")
-    out = load_tensor(output_path, dtype, b * sq * h * d, "output").reshape(b, sq, h * d)
-    q = to_bnsd(load_tensor(q_path, dtype, b * sq * h * d, "Q"), b, sq, h, d, layout)
-    k = to_bnsd(load_tensor(k_path, dtype, b * skv * hkv * d, "K"), b, skv, hkv, d, layout)
-    v = to_bnsd(load_tensor(v_path, dtype, b * skv * hkv * d, "V"), b, skv, hkv, d, layout)
+    out = load_tensor(output_path, cfg["out_dtype"], b * sq * h * d, "output").reshape(b, sq, h * d)
+    # Inputs as the operator sees them: FP8 values times their descale factors.
+    q = to_bnsd(load_tensor(q_path, dtype, b * sq * h * d, "Q"), b, sq, h, d, layout) * cfg["descale_q"]
+    k = to_bnsd(load_tensor(k_path, dtype, b * skv * hkv * d, "K"), b, skv, hkv, d, layout) * cfg["descale_k"]
+    v = to_bnsd(load_tensor(v_path, dtype, b * skv * hkv * d, "V"), b, skv, hkv, d, layout) * cfg["descale_v"]
     mask = None
     if mask_path is None and cfg["causal"]:
         beside = os.path.join(os.path.dirname(os.path.abspath(q_path)), "input_causal_mask.bin")

@@ -12,6 +12,13 @@ Defaults are the guide's: batch 2, sequence 512, 12 heads, head_dim 64, fp16.
 The mask is the causal one aligned bottom-right (query i may attend key j when
 j <= i + seq_len_kv - seq_len_q) with --causal (the default), all ones with
 --no-causal.  bf16 data is stored as its 16-bit patterns (NumPy has no bf16).
+
+FP8 (--dtype fp8_e4m3 or fp8_e5m2, for FA3): each tensor is quantized with
+one scale, its largest magnitude mapped to the format's largest finite value;
+config.txt records the dequantization factors (descale_q, descale_k,
+descale_v) and the output dtype (--out-dtype, default bf16), and
+unquantized_{Q,K,V}.bin keep the fp32 values before quantization (for
+extended_verification.py's quantization error).
 """
 import argparse
 import os
@@ -38,9 +45,17 @@ def positive(text):
     return value
 
 
+def quantize_fp8(x, dtype):
+    """One scale per tensor: the largest magnitude maps to the largest finite
+    value.  Returns (FP8 codes, descale factor)."""
+    amax = float(np.max(np.abs(x))) if x.size else 0.0
+    descale = amax / fa_data.FP8_FORMATS[dtype][2] if amax > 0 else 1.0
+    return fa_data.f32_to_fp8_bits(x / descale, dtype), descale
+
+
 def generate_attention_inputs(batch_size=2, seq_len_q=512, seq_len_kv=512, num_heads=12, num_kv_heads=None,
                               head_dim=64, dtype="fp16", output_dir="./test_data", seed=0, causal=True,
-                              layout="BSH", logit_scale=1.0):
+                              layout="BSH", logit_scale=1.0, out_dtype=None):
     num_kv_heads = num_kv_heads or num_heads
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((batch_size, seq_len_q, num_heads * head_dim), dtype=np.float32)
@@ -56,21 +71,36 @@ def generate_attention_inputs(batch_size=2, seq_len_q=512, seq_len_kv=512, num_h
 
     os.makedirs(output_dir, exist_ok=True)
     print("Generating FlashAttention test data...")
-    files = [("input_Q", fa_data.to_storage(np.ascontiguousarray(q), dtype)),
-             ("input_K", fa_data.to_storage(np.ascontiguousarray(k), dtype)),
-             ("input_V", fa_data.to_storage(np.ascontiguousarray(v), dtype)),
-             ("input_causal_mask", mask)]
+    tensors = {"Q": np.ascontiguousarray(q), "K": np.ascontiguousarray(k), "V": np.ascontiguousarray(v)}
+    descale = {}
+    if dtype in fa_data.FP8:
+        files = []
+        for name, x in tensors.items():
+            codes, descale[name] = quantize_fp8(x, dtype)
+            files.append((f"input_{name}", codes))
+        files += [(f"unquantized_{name}", x.astype(np.float32)) for name, x in tensors.items()]
+        files.append(("input_causal_mask", mask))
+    else:
+        files = [(f"input_{name}", fa_data.to_storage(x, dtype)) for name, x in tensors.items()]
+        files.append(("input_causal_mask", mask))
     for name, arr in files:
         path = os.path.join(output_dir, f"{name}.bin")
         fa_data.write_atomic(path, arr.tobytes())
-        shown = "int8" if name == "input_causal_mask" else dtype
+        shown = "int8" if name == "input_causal_mask" else "fp32" if name.startswith("unquantized") else dtype
         print(f"  Saved: {path}  shape={arr.shape}  dtype={shown}")
     config = (f"batch_size={batch_size}\nseq_len_q={seq_len_q}\nseq_len_kv={seq_len_kv}\n"
               f"num_heads={num_heads}\nnum_kv_heads={num_kv_heads}\nhead_dim={head_dim}\n"
               f"dtype={fa_data.DTYPES[dtype][0]}\nlayout={layout}\ncausal={'true' if causal else 'false'}\n"
               f"seed={seed}\nlogit_scale={logit_scale}\n")
+    if dtype in fa_data.FP8:
+        out_dtype = out_dtype or "bf16"
+        config += (f"out_dtype={fa_data.DTYPES[out_dtype][0]}\ndescale_q={descale['Q']!r}\n"
+                   f"descale_k={descale['K']!r}\ndescale_v={descale['V']!r}\n")
     fa_data.write_atomic(os.path.join(output_dir, "config.txt"), config.encode())
     print(f"  Saved: {os.path.join(output_dir, 'config.txt')}")
+    if dtype in fa_data.FP8:
+        print(f"  Run fa3_benchmark with: --dtype={dtype} --out-dtype={out_dtype} --descale-q={descale['Q']!r} "
+              f"--descale-k={descale['K']!r} --descale-v={descale['V']!r}")
     print("Done.")
 
 
@@ -82,7 +112,8 @@ def main(argv=None):
     p.add_argument("--num-heads", type=positive, default=12)
     p.add_argument("--num-kv-heads", type=positive, default=None, help="GQA/MQA; default: --num-heads")
     p.add_argument("--head-dim", type=positive, default=64)
-    p.add_argument("--dtype", default="fp16", help="fp16, bf16 or fp32 (default fp16)")
+    p.add_argument("--dtype", default="fp16", help="fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2 (default fp16)")
+    p.add_argument("--out-dtype", default=None, help="FP8 inputs: the output's dtype, bf16 (default), fp16 or fp32")
     p.add_argument("--layout", default="BSH", help="BSH (default), BSND or BNSD")
     p.add_argument("--output-dir", default="./test_data")
     p.add_argument("--seed", type=int, default=0)
@@ -95,6 +126,8 @@ def main(argv=None):
         dtype = fa_data.parse_dtype(a.dtype)
     except fa_data.InputError as e:
         fa_data.fail_input(f"--dtype: {e}")
+    if a.out_dtype is not None and (dtype not in fa_data.FP8 or a.out_dtype not in fa_data.OUTPUT_DTYPES):
+        fa_data.fail_input(f"--out-dtype: '{a.out_dtype}' needs FP8 --dtype and one of bf16, fp16 or fp32")
     layout = a.layout.upper()
     if layout not in fa_data.LAYOUTS:
         fa_data.fail_input(f"--layout: unknown layout '{a.layout}' (expected BSH, BSND or BNSD)")
@@ -107,7 +140,8 @@ def main(argv=None):
         fa_data.fail_input(f"--logit-scale: expected a positive finite number (got {a.logit_scale})")
     try:
         generate_attention_inputs(a.batch_size, a.seq_len_q, a.seq_len_kv or a.seq_len_q, a.num_heads, kv_heads,
-                                  a.head_dim, dtype, a.output_dir, a.seed, a.causal, layout, a.logit_scale)
+                                  a.head_dim, dtype, a.output_dir, a.seed, a.causal, layout, a.logit_scale,
+                                  a.out_dtype)
     except MemoryError:
         fa_data.fail_input("this shape does not fit in memory; use a smaller shape")
     except OSError as e:

@@ -4,7 +4,9 @@
   verify_correctness.py [OUTPUT [Q [K [V]]]] [--config PATH] [--mask PATH] [--tolerance X]
 
 Shapes, dtype, layout and causality come from config.txt beside the Q file
-(written by gen_fa2_test_data.py), never from constants.  The mask used is
+(written by gen_fa2_test_data.py), never from constants; for FP8 inputs so do
+the output dtype and the descale factors (the reference sees the decoded
+values times their factors).  The mask used is
 input_causal_mask.bin beside Q when config.txt says causal=true (or --mask);
 the reference is NumPy in float64.  If PyTorch is importable its
 scaled_dot_product_attention, also in float64, is compared with the NumPy
@@ -52,7 +54,7 @@ def verify(output_path, q_path, k_path, v_path, config_path=None, mask_path=None
     case = fa_data.load_case(output_path, q_path, k_path, v_path, config_path, mask_path)
     cfg, out, ref_bsh = case["cfg"], case["out"], case["ref"]
     d = cfg["head_dim"]
-    tolerance = DEFAULT_TOLERANCE[cfg["dtype"]] if tolerance is None else tolerance
+    tolerance = DEFAULT_TOLERANCE[cfg["out_dtype"]] if tolerance is None else tolerance
     second, second_note = torch_second_opinion(case["q"], case["k"], case["v"], case["mask"], d ** -0.5)
     ref = case["ref_bnsd"]
 
@@ -95,7 +97,8 @@ def main(argv=None):
     p.add_argument("--mask", default=None, help="int8 mask [seq_q, seq_kv] (default: input_causal_mask.bin beside Q "
                                                 "when config.txt says causal=true)")
     p.add_argument("--tolerance", type=float, default=None,
-                   help="max absolute difference allowed (default: 1e-2 fp16, 2e-2 bf16, 1e-4 fp32)")
+                   help="max absolute difference allowed (default by the output's dtype: 1e-2 fp16, 2e-2 bf16, "
+                        "1e-4 fp32)")
     a = p.parse_args(argv)
     if a.tolerance is not None and not (a.tolerance > 0 and np.isfinite(a.tolerance)):
         fa_data.fail_input(f"--tolerance: expected a positive number (got {a.tolerance})")

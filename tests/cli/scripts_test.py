@@ -149,6 +149,37 @@ def case_generator_rejects_bad_input(binary, d):
         assert not os.path.exists(target), "no output on bad input"
 
 
+def case_fp8_generate_run_verify(binary, d):
+    # The generator quantizes with per-tensor scales and records them; FA3
+    # runs the data with those factors and the verifiers pass it (the
+    # extended one also reporting the quantization error); a wrong factor in
+    # config.txt fails verification.  FA1 and FA2 refuse FP8.
+    gen(d, "--batch-size=1", "--seq-len-q=80", "--seq-len-kv=96", "--num-heads=4", "--num-kv-heads=2",
+        "--head-dim=32", "--dtype=fp8_e4m3", "--out-dtype=fp16")
+    assert os.path.getsize(os.path.join(d, "input_K.bin")) == 96 * 2 * 32, "one byte per FP8 element"
+    cfg = fa_data.read_config(os.path.join(d, "config.txt"))
+    out = os.path.join(d, "out.bin")
+    flags = ["--out-dtype=fp16", *(f"--descale-{t}={cfg['descale_' + t]!r}" for t in "qkv")]
+    if not os.path.basename(binary).startswith("fa3"):
+        p = run([binary, "--dtype=fp8_e4m3", "--num-runs=1"])
+        assert p.returncode == 2 and "run on FlashAttention-3 only" in p.stderr, p.stderr
+        return
+    bench(binary, d, None, out, "fp8_e4m3", extra=flags)
+    assert os.path.getsize(out) == 80 * 4 * 32 * 2, "fp16 output"
+    p = verify(out, d)
+    assert p.returncode == 0 and "Status: PASS" in p.stdout, p.stdout + p.stderr
+    ext = os.path.join(ROOT, "scripts", "extended_verification.py")
+    p = run([sys.executable, ext, out, f"{d}/input_Q.bin", f"{d}/input_K.bin", f"{d}/input_V.bin"])
+    assert p.returncode == 0 and "the FP8 quantization error" in p.stdout, p.stdout + p.stderr
+    config = os.path.join(d, "config.txt")
+    with open(config) as f:
+        text = f.read()
+    with open(config, "w") as f:
+        f.write(text.replace(f"descale_v={cfg['descale_v']!r}", f"descale_v={cfg['descale_v'] * 1.1!r}"))
+    p = verify(out, d)
+    assert p.returncode == 1 and "Status: FAIL" in p.stdout, p.stdout
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
