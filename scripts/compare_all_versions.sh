@@ -5,10 +5,13 @@
 # per version the guide's lines: Throughput, Latency, Elapsed, CPU and Mem
 # (the whole process: wall time, CPU time over wall time, peak resident
 # memory), then a summary with each version's speed relative to FA1.
+# --rounds N runs the three N times in turn (FA1, FA2, FA3, FA1, ...) and the
+# summary gives each version's median: on a shared machine whose speed
+# drifts, only figures taken side by side compare.
 #
 # usage: scripts/compare_all_versions.sh [--build-dir DIR] [--skip-build] [--jobs N]
 #            [--dtype bf16] [--batch 2] [--seq 512] [--heads 12] [--head-dim 64]
-#            [--num-runs 10] [--causal] [-- EXTRA BENCHMARK FLAGS...]
+#            [--num-runs 10] [--rounds 1] [--causal] [-- EXTRA BENCHMARK FLAGS...]
 # Defaults are the guide's (B=2, S=512, H=12, D=64, bf16, 10 runs).  FA2 and
 # FA3 run the guide's --tile-q=128 --tile-kv=64 unless EXTRA gives tiles or
 # --tile-q=auto; FA1 runs its fixed 64x64 tiles (it refuses others).
@@ -18,7 +21,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=$REPO/build/compare_versions
 JOBS=$(nproc 2>/dev/null || echo 2)
 SKIP_BUILD=0
-DTYPE=bf16 BATCH=2 SEQ=512 HEADS=12 HEAD_DIM=64 NUM_RUNS=10 CAUSAL=()
+DTYPE=bf16 BATCH=2 SEQ=512 HEADS=12 HEAD_DIM=64 NUM_RUNS=10 ROUNDS=1 CAUSAL=()
 EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -31,14 +34,16 @@ while [ $# -gt 0 ]; do
     --heads) HEADS=$2; shift 2 ;;
     --head-dim) HEAD_DIM=$2; shift 2 ;;
     --num-runs) NUM_RUNS=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
     --causal) CAUSAL=(--causal); shift ;;
     --) shift; EXTRA=("$@"); break ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "error: unknown argument '$1' (expected --build-dir, --skip-build, --jobs, --dtype, --batch, --seq," \
-            "--heads, --head-dim, --num-runs, --causal or -- EXTRA)" >&2; exit 2 ;;
+            "--heads, --head-dim, --num-runs, --rounds, --causal or -- EXTRA)" >&2; exit 2 ;;
   esac
 done
-for pair in "--batch:$BATCH" "--seq:$SEQ" "--heads:$HEADS" "--head-dim:$HEAD_DIM" "--num-runs:$NUM_RUNS" "--jobs:$JOBS"; do
+for pair in "--batch:$BATCH" "--seq:$SEQ" "--heads:$HEADS" "--head-dim:$HEAD_DIM" "--num-runs:$NUM_RUNS" "--jobs:$JOBS" \
+            "--rounds:$ROUNDS"; do
   case "${pair#*:}" in ''|*[!0-9]*|0) echo "error: ${pair%%:*}: '${pair#*:}' is not a positive integer" >&2; exit 2 ;; esac
 done
 
@@ -74,11 +79,12 @@ sys.exit(p.returncode)
 PY
 }
 
-declare -A THROUGHPUT
+declare -A THROUGHPUT  # per version: the rounds' figures, space-separated
 status=0
+for ROUND in $(seq "$ROUNDS"); do
 for VER in 1 2 3; do
   echo ""
-  echo ">>> Testing FA${VER} ..."
+  if [ "$ROUNDS" -gt 1 ]; then echo ">>> Testing FA${VER} (round $ROUND of $ROUNDS) ..."; else echo ">>> Testing FA${VER} ..."; fi
   BINARY="$BUILD/tests/fa${VER}_benchmark"
   if [ ! -x "$BINARY" ]; then
     echo "    [SKIP] FA${VER} binary not found at ${BINARY}"
@@ -96,15 +102,18 @@ for VER in 1 2 3; do
     continue
   fi
   echo "$out" | grep -E "^(Tile|Kernel|Throughput|Latency|Utilization|Elapsed|CPU|Mem)" | sed 's/^/    /'
-  THROUGHPUT[$VER]=$(echo "$out" | sed -n 's/^Throughput: \([0-9.]*\) TFLOPS/\1/p')
+  THROUGHPUT[$VER]="${THROUGHPUT[$VER]:-} $(echo "$out" | sed -n 's/^Throughput: \([0-9.]*\) TFLOPS/\1/p')"
+done
 done
 
 echo ""
-echo "Summary (throughput relative to FA1):"
+if [ "$ROUNDS" -gt 1 ]; then echo "Summary (median over $ROUNDS rounds, relative to FA1):"; else echo "Summary (throughput relative to FA1):"; fi
 for VER in 1 2 3; do
   [ -n "${THROUGHPUT[$VER]:-}" ] || continue
-  python3 -c "import sys; t = float(sys.argv[2]); base = sys.argv[3]
-print(f'  FA{sys.argv[1]}: {t:.5f} TFLOPS' + (f'  ({t / float(base):.2f}x FA1)' if base and float(base) > 0 else ''))" \
+  python3 -c "import statistics, sys
+median = lambda text: statistics.median(float(x) for x in text.split())
+t = median(sys.argv[2]); base = median(sys.argv[3]) if sys.argv[3].strip() else 0
+print(f'  FA{sys.argv[1]}: {t:.5f} TFLOPS' + (f'  ({t / base:.2f}x FA1)' if base > 0 else ''))" \
     "$VER" "${THROUGHPUT[$VER]}" "${THROUGHPUT[1]:-}"
 done
 echo ""

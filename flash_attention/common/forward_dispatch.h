@@ -16,3 +16,16 @@ Status run_forward(Version version, const AttentionParams& params, const Attenti
 std::size_t forward_workspace_bytes(Version version, const AttentionParams& params, DType dtype, int threads);
 
 }  // namespace fa::detail
+
+// A version's public entry points (fa<N>_forward, fa<N>_workspace_bytes),
+// all of them the dispatcher with that version's number: the code that is
+// the version's own is its loop, compiled into the same library.
+#define FA_VERSION_ENTRY_POINTS(N)                                                                   \
+  namespace fa {                                                                                     \
+  Status fa##N##_forward(const AttentionParams& params, const AttentionTensors& tensors) {           \
+    return detail::run_forward(Version::kFA##N, params, tensors);                                    \
+  }                                                                                                  \
+  std::size_t fa##N##_workspace_bytes(const AttentionParams& params, DType dtype, int threads) {     \
+    return detail::forward_workspace_bytes(Version::kFA##N, params, dtype, threads);                 \
+  }                                                                                                  \
+  }

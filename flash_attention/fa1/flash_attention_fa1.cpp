@@ -4,14 +4,4 @@
 // kernel tables, and its plan (common/tile_planner.cpp, Version::kFA1).
 #include "../common/forward_dispatch.h"
 
-namespace fa {
-
-Status fa1_forward(const AttentionParams& params, const AttentionTensors& tensors) {
-  return detail::run_forward(Version::kFA1, params, tensors);
-}
-
-std::size_t fa1_workspace_bytes(const AttentionParams& params, DType dtype, int threads) {
-  return detail::forward_workspace_bytes(Version::kFA1, params, dtype, threads);
-}
-
-}  // namespace fa
+FA_VERSION_ENTRY_POINTS(1)

@@ -4,14 +4,4 @@
 // kernel tables, and its plan (common/tile_planner.cpp, Version::kFA3).
 #include "../common/forward_dispatch.h"
 
-namespace fa {
-
-Status fa3_forward(const AttentionParams& params, const AttentionTensors& tensors) {
-  return detail::run_forward(Version::kFA3, params, tensors);
-}
-
-std::size_t fa3_workspace_bytes(const AttentionParams& params, DType dtype, int threads) {
-  return detail::forward_workspace_bytes(Version::kFA3, params, dtype, threads);
-}
-
-}  // namespace fa
+FA_VERSION_ENTRY_POINTS(3)

@@ -11,32 +11,21 @@
 
 namespace fa::cli {
 
-#if FA_VERSION == 1
-inline constexpr const char* kVersionTag = "fa1";
-inline constexpr const char* kVersionTitle = "FlashAttention-v1";
-inline constexpr Version kVersion = Version::kFA1;
-inline constexpr ForwardFn kForward = &fa1_forward;
-inline std::size_t version_workspace_bytes(const AttentionParams& p, DType dtype, int threads) {
-  return fa1_workspace_bytes(p, dtype, threads);
-}
-#elif FA_VERSION == 2
-inline constexpr const char* kVersionTag = "fa2";
-inline constexpr const char* kVersionTitle = "FlashAttention-v2";
-inline constexpr Version kVersion = Version::kFA2;
-inline constexpr ForwardFn kForward = &fa2_forward;
-inline std::size_t version_workspace_bytes(const AttentionParams& p, DType dtype, int threads) {
-  return fa2_workspace_bytes(p, dtype, threads);
-}
-#elif FA_VERSION == 3
-inline constexpr const char* kVersionTag = "fa3";
-inline constexpr const char* kVersionTitle = "FlashAttention-v3";
-inline constexpr Version kVersion = Version::kFA3;
-inline constexpr ForwardFn kForward = &fa3_forward;
-inline std::size_t version_workspace_bytes(const AttentionParams& p, DType dtype, int threads) {
-  return fa3_workspace_bytes(p, dtype, threads);
-}
-#else
+#if FA_VERSION < 1 || FA_VERSION > 3
 #error "no driver entry point for this FA_VERSION"
 #endif
+
+#define FA_CLI_CAT(a, b, c) a##b##c
+#define FA_CLI_ENTRY(prefix, n, suffix) FA_CLI_CAT(prefix, n, suffix)
+#define FA_CLI_TEXT2(x) #x
+#define FA_CLI_TEXT(x) FA_CLI_TEXT2(x)
+
+inline constexpr const char* kVersionTag = "fa" FA_CLI_TEXT(FA_VERSION);
+inline constexpr const char* kVersionTitle = "FlashAttention-v" FA_CLI_TEXT(FA_VERSION);
+inline constexpr Version kVersion = static_cast<Version>(FA_VERSION);
+inline constexpr ForwardFn kForward = &FA_CLI_ENTRY(fa, FA_VERSION, _forward);
+inline std::size_t version_workspace_bytes(const AttentionParams& p, DType dtype, int threads) {
+  return FA_CLI_ENTRY(fa, FA_VERSION, _workspace_bytes)(p, dtype, threads);
+}
 
 }  // namespace fa::cli
