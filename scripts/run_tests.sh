@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds everything and runs the whole test suite (CTest): unit and property
-# tests, the fa2_test matrix, bad-input tests of the tools, configure-time
-# checks, the data scripts, the guide walkthrough, and the same unit tests
-# again under AddressSanitizer + UndefinedBehaviorSanitizer (the amx path's
-# tiles emulated there).
+# Builds every version (FLASH_ATTENTION_VERSION=all) and runs the whole test
+# suite (CTest): unit and property tests, the fa1/fa2/fa3_test matrices,
+# bad-input tests of the tools, configure-time checks and build variants
+# (FA3 under ThreadSanitizer among them), the data scripts, the version
+# comparison, the guide walkthrough, and the unit and driver tests again
+# under AddressSanitizer + UndefinedBehaviorSanitizer (the amx path's tiles
+# emulated there).
 # Installs missing Debian packages (cmake, g++, libgtest-dev, python3-numpy)
 # unless --no-install.
 #
@@ -46,6 +48,7 @@ if [ "$SANITIZE" = 1 ]; then
   # With the amx path's tiles emulated, so its engine's memory accesses are
   # checked too, on any CPU with AVX512_BF16 (real tile loads are invisible to
   # the sanitizers).
-  configure_and_build "$BUILD-sanitize" -DFA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFA_AMX_EMULATION=ON
+  configure_and_build "$BUILD-sanitize" -DFA_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFA_AMX_EMULATION=ON \
+                      -DENABLE_BENCHMARK=OFF  # the labels below need only the test programs
   ctest --test-dir "$BUILD-sanitize" -j "$JOBS" --output-on-failure --timeout 900 -L 'unit|driver'
 fi
