@@ -117,13 +117,17 @@ if(NOT FA_TILE_Q STREQUAL "auto" OR NOT FA_TILE_KV STREQUAL "auto")
   else()
     set(check_target ${FA_TARGET})
   endif()
+  set(check_states 1)  # Q tiles' state per thread: FA3 keeps two
+  if("3" IN_LIST FA_VERSIONS)
+    set(check_states 2)
+  endif()
   try_run(FA_PLAN_RUN FA_PLAN_COMPILED
           ${CMAKE_BINARY_DIR}/planner_check ${CMAKE_CURRENT_LIST_DIR}/planner_check.cpp
           CMAKE_FLAGS "-DINCLUDE_DIRECTORIES=${PROJECT_SOURCE_DIR}/flash_attention/common"
           CXX_STANDARD 20
           COMPILE_OUTPUT_VARIABLE plan_compile
           RUN_OUTPUT_VARIABLE plan_output
-          ARGS ${check_target} ${check_q} ${check_kv} 128)
+          ARGS ${check_target} ${check_q} ${check_kv} 128 ${check_states})
   if(NOT FA_PLAN_COMPILED)
     message(FATAL_ERROR "could not build the configure-time tile check:\n${plan_compile}")
   endif()

@@ -73,6 +73,13 @@ inline std::size_t fa2_working_set_bytes(int tile_q, int tile_kv, int head_dim, 
   return 4 * (2 * d * tq + tkv * tq + 2 * tkv * d + 3 * tq) + std::size_t(matrix_p_bytes) * tkv * tq;
 }
 
+// A version's working set: FA3 keeps two Q tiles' state and two K/V tiles
+// per thread (`q_tiles_per_thread` 2), FA1 and FA2 one of each.
+inline std::size_t version_working_set_bytes(int q_tiles_per_thread, int tile_q, int tile_kv, int head_dim,
+                                             int matrix_p_bytes = 0) {
+  return std::size_t(q_tiles_per_thread) * fa2_working_set_bytes(tile_q, tile_kv, head_dim, matrix_p_bytes);
+}
+
 // Recommended tiles when the products run on the matrix unit (amx), by
 // the same sweep on a 2-core Xeon with AMX (docs/PERF.md, 2026-12-02): the
 // tile unit wants long Q tiles (the packing of Q and P amortized over more

@@ -236,8 +236,8 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
   const bool matrix = uses_matrix_unit(isa, dtype, p.head_dim);
   const int p_bytes = matrix ? (dtype == DType::kF16 ? 4 : 2) : 0;
   // FA3 holds two Q tiles' state and two K/V tiles per thread.
-  const std::size_t states = version == Version::kFA3 ? 2 : 1;
-  auto working_set = [&](int q, int kv) { return states * detail::fa2_working_set_bytes(q, kv, D, p_bytes); };
+  const int states = version == Version::kFA3 ? 2 : 1;
+  auto working_set = [&](int q, int kv) { return detail::version_working_set_bytes(states, q, kv, D, p_bytes); };
   const int want_threads = p.threads > 0 ? p.threads : default_thread_count();
   const std::int64_t group = p.num_heads / p.kv_heads();
 
