@@ -208,6 +208,8 @@ int run(int argc, char** argv) {
                       {"dtype", fa::cli::FlagKind::kString, "fp16|bf16|fp32|fp8_e4m3|fp8_e5m2",
                        "only cases of this dtype (default: fp32, fp16, bf16, and on FA3 both FP8 formats)"},
                       {"seed", fa::cli::FlagKind::kInt, "N", "seed of the random inputs (default 1)"},
+                      {"async", fa::cli::FlagKind::kBool, "",
+                       "every case with the next-tile prefetch on (default: FA_ENABLE_ASYNC of the build)"},
                       {"isa", fa::cli::FlagKind::kString, "generic|avx2|avx512|avx512bf16|amx",
                        "only this kernel path (default: every path this CPU can run)"},
                       {"help", fa::cli::FlagKind::kBool, "", "print this help"}});
@@ -242,6 +244,7 @@ int run(int argc, char** argv) {
     }
   }
   const bool quick = args.flag("quick");
+  const bool async = args.flag("async");
   const std::uint64_t seed = static_cast<std::uint64_t>(args.integer("seed", 1, 0, std::int64_t{1} << 62));
 
   int passed = 0, failed = 0, skipped = 0;
@@ -251,6 +254,7 @@ int run(int argc, char** argv) {
     int index = 0;
     for (CaseSpec c : build_matrix(dtype, quick)) {
       c.seed = ++case_seed;
+      if (async) c.params.async_prefetch = true;
       if (fa::is_fp8(dtype)) {  // every output dtype, and descale factors none, per tensor, per head
         c.out_dtype = std::array{DType::kBF16, DType::kF16, DType::kF32}[index % 3];
         c.descale = (index / 3) % 3;

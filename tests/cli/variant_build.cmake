@@ -3,7 +3,7 @@
 # configure output must match EXPECT when given) and builds TARGETS; a
 # failure stops the calling script with the output.  Shared by the CTest
 # scripts that check a build variant (FA_MIXED_PRECISION_SOFTMAX=OFF,
-# FA_ENABLE_ASYNC=ON, FA_AMX_EMULATION=ON).
+# FA_AMX_EMULATION=ON, FA_SANITIZE_THREAD=ON).
 function(fa_build_variant)
   cmake_parse_arguments(V "" "EXPECT" "OPTIONS;TARGETS" ${ARGN})
   execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE} -B ${BUILD} -DCMAKE_BUILD_TYPE=Release ${V_OPTIONS}
