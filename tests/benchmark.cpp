@@ -569,6 +569,15 @@ int run(int argc, char** argv) {
                                    ", seq_kv=" + std::to_string(Skv) + "]");
     p.bias = static_cast<const float*>(bias.data());
     p.bias_heads = heads;
+    // The NaN rule: -inf in a bias masks; NaN and +inf are refused here (the
+    // library would turn the rows they touch into NaN).
+    const std::size_t count = one / 4 * static_cast<std::size_t>(heads);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (std::isnan(p.bias[i]) || p.bias[i] == std::numeric_limits<float>::infinity()) {
+        throw UsageError("--bias: element " + std::to_string(i) + " of '" + o.bias_path + "' is " +
+                         (std::isnan(p.bias[i]) ? "NaN" : "+inf") + " (expected finite values, or -inf to mask)");
+      }
+    }
   }
   for (int s = 1; s < sets; ++s) {
     for (auto* list : {&qs, &ks, &vs}) {

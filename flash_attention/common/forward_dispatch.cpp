@@ -47,7 +47,8 @@ Plan make_plan(const AttentionParams& p, const TilePlan& tiles) {
 
 // Split-KV combine: O = sum_s exp(lse_s - lse) O_s with lse = log sum_s
 // exp(lse_s), exact up to rounding; chunks that saw no key (lse_s = -inf)
-// drop out, and a row no chunk attended stays 0 with lse -inf.
+// drop out, a row no chunk attended stays 0 with lse -inf, and a row with a
+// NaN chunk is NaN.
 void combine_splits(const AttentionJob& job, const TilePlan& plan) {
   const std::int64_t BH = job.batch * job.heads, Sq = job.seq_q, D = job.head_dim;
   const std::size_t es = dtype_size(job.o_dtype);
@@ -60,7 +61,10 @@ void combine_splits(const AttentionJob& job, const TilePlan& plan) {
     float acc[kMaxHeadDim];
     for (std::int64_t i = i_begin; i < i_end; ++i) {
       float m = -std::numeric_limits<float>::infinity();
-      for (int s = 0; s < job.num_splits; ++s) m = std::max(m, job.partial_lse[(s * BH + bh) * Sq + i]);
+      for (int s = 0; s < job.num_splits; ++s) {  // a NaN chunk makes the row NaN (the NaN rule)
+        const float lse_s = job.partial_lse[(s * BH + bh) * Sq + i];
+        m = std::isnan(lse_s) || lse_s > m ? lse_s : m;
+      }
       for (std::int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
       float sum = 0.0f;
       if (m != -std::numeric_limits<float>::infinity()) {
@@ -73,10 +77,10 @@ void combine_splits(const AttentionJob& job, const TilePlan& plan) {
           for (std::int64_t d = 0; d < D; ++d) acc[d] += w * po[d];
         }
       }
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // NaN * 0 stays NaN
       char* orow = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + i * job.o_strides[2]) * es;
       for (std::int64_t d = 0; d < D; ++d) store_from_f32(orow, job.o_dtype, d, acc[d] * inv);
-      if (job.lse) job.lse[bh * Sq + i] = sum > 0.0f ? m + std::log(sum) : -std::numeric_limits<float>::infinity();
+      if (job.lse) job.lse[bh * Sq + i] = sum == 0.0f ? -std::numeric_limits<float>::infinity() : m + std::log(sum);
     }
   });
 }

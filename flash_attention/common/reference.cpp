@@ -130,7 +130,7 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
         double dot = 0.0;
         for (std::int64_t d = 0; d < D; ++d) dot += q[d] * k[j * D + d];
         s[j] = detail::modified_score(p, dot * scale, h, i, j);
-        row_max = std::max(row_max, s[j]);
+        if (std::isnan(s[j]) || s[j] > row_max) row_max = s[j];  // a NaN score makes the whole row NaN
       }
       double* o = out + ((b * Sq + i) * H + h) * D;
       if (row_max == -std::numeric_limits<double>::infinity()) {  // nothing to attend

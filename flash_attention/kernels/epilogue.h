@@ -12,7 +12,7 @@ namespace fa::FA_KERNEL_NS {
 inline void write_tile_lse(const AttentionJob& job, const Workspace& w, const TileItem& it) {
   if (!job.lse) return;
   float* lse = job.lse + it.b * job.lse_strides[0] + it.h * job.lse_strides[1] + it.i0;
-  for (int r = 0; r < it.rows; ++r) lse[r] = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
+  for (int r = 0; r < it.rows; ++r) lse[r] = row_lse(w.m[r], w.l[r]);
 }
 
 // O rows [0, rows) of a tile in the output dtype ODT: Oᵀ divided by the
@@ -59,7 +59,7 @@ inline void write_tile_outputs(const AttentionJob& job, const Workspace& w, cons
       }
     }
     float* plse = job.partial_lse + (split * BH + bh) * job.seq_q + i0;
-    for (int r = 0; r < rows; ++r) plse[r] = w.l[r] > 0.0f ? w.m[r] * kLn2 + std::log(w.l[r]) : kNegInf;
+    for (int r = 0; r < rows; ++r) plse[r] = row_lse(w.m[r], w.l[r]);
     return;
   }
   with_output_dtype<DT>(job, [&]<DType ODT>() { store_o_rows<ODT>(job, w, it); });

@@ -21,9 +21,11 @@ namespace fa::FA_KERNEL_NS {
 // 2^x in fp16 for x <= 0: x = n + f with f in [-0.5, 0.5], 2^f by its Taylor
 // series to degree 4 (relative error 4e-5, below half an fp16 ulp), then
 // scaled by 2^n with VSCALEFPH, which underflows to 0 gracefully.  Arguments
-// below -30 (-inf included) are clamped there: 2^-30 is 0 in fp16.
+// below -30 (-inf included) are clamped there: 2^-30 is 0 in fp16.  NaN
+// passes the clamp (VMAXPH returns its second operand when one is NaN) and
+// comes out NaN (the NaN rule, README).
 inline __m512h exp2_half(__m512h x) {
-  x = _mm512_max_ph(x, _mm512_set1_ph(static_cast<_Float16>(-30.0f)));
+  x = _mm512_max_ph(_mm512_set1_ph(static_cast<_Float16>(-30.0f)), x);
   const __m512h n = _mm512_roundscale_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512h f = _mm512_sub_ph(x, n);
   __m512h p = _mm512_set1_ph(static_cast<_Float16>(9.6181291e-3f));

@@ -51,6 +51,11 @@ inline void online_softmax_tile(const Workspace& w, int cols, int nvec, int tq, 
 // not a multiplication by the reciprocal: one rounding instead of two.
 inline float row_denominator(float l) { return l > 0.0f ? l : __builtin_inff(); }
 
+// A row's log-sum-exp (natural log) from its running max (log2 units) and
+// sum: -inf for a row that attended nothing (sum 0), NaN for a row a NaN
+// reached (its sum is NaN).
+inline float row_lse(float m, float l) { return l == 0.0f ? kNegInf : m * kLn2 + std::log(l); }
+
 using detail::kRowPathMaxRows;
 
 // s[c] = exp2(s[c] - sub) for c < n; returns the sum.

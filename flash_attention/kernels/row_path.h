@@ -167,7 +167,7 @@ void run_rows(const AttentionJob& job, const Workspace& w, const TileItem& it) {
   for (int rr = 0; rr < total_rows; ++rr) {
     const std::int64_t i = query_of(rr), head = head_of(rr), bh = b * job.heads + head;
     const float den = row_denominator(w.l[rr]) / output_scale(job, head);  // V's descale (FP8) or 1
-    const float lse = w.l[rr] > 0.0f ? w.m[rr] * kLn2 + std::log(w.l[rr]) : kNegInf;
+    const float lse = row_lse(w.m[rr], w.l[rr]);
     if (job.num_splits > 1) {
       float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i) * D;
       for (int d = 0; d < D; ++d) po[d] = o[rr * D + d] / den;

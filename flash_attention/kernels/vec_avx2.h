@@ -50,7 +50,7 @@ struct Vec {
     return _mm256_andnot_ps(_mm256_cmp_ps(m, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ), m);
   }
   static T exp2(T x) {
-    const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_NGE_UQ);
+    const __m256 underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_LT_OQ);  // -inf too; NaN is not
     __m256 xc = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
     xc = _mm256_min_ps(xc, _mm256_setzero_ps());
     const __m256 round = _mm256_set1_ps(12582912.0f);
@@ -61,7 +61,9 @@ struct Vec {
     const __m256 p = exp2_poly<Vec>(f);
     const __m256 scaled =
         _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(ni, 23)));
-    return _mm256_andnot_ps(underflow, scaled);
+    // NaN in, NaN out: a NaN score reaches the row's sum and output instead
+    // of passing for a masked key (the NaN rule, README).
+    return _mm256_or_ps(_mm256_andnot_ps(underflow, scaled), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
   }
 };
 

@@ -45,7 +45,7 @@ struct Vec {
     return _mm_andnot_ps(_mm_cmpeq_ps(m, _mm_set1_ps(-__builtin_inff())), m);
   }
   static T exp2(T x) {
-    const __m128 underflow = _mm_cmpnge_ps(x, _mm_set1_ps(-126.0f));  // also -inf and NaN
+    const __m128 underflow = _mm_cmplt_ps(x, _mm_set1_ps(-126.0f));  // -inf too; NaN is not, see below
     __m128 xc = _mm_max_ps(x, _mm_set1_ps(-126.0f));
     xc = _mm_min_ps(xc, _mm_setzero_ps());
     const __m128 round = _mm_set1_ps(12582912.0f);
@@ -55,7 +55,9 @@ struct Vec {
     const __m128 f = _mm_sub_ps(xc, n);
     const __m128 p = exp2_poly<Vec>(f);
     const __m128 scaled = _mm_castsi128_ps(_mm_add_epi32(_mm_castps_si128(p), _mm_slli_epi32(ni, 23)));
-    return _mm_andnot_ps(underflow, scaled);
+    // NaN in, NaN out: a NaN score reaches the row's sum and output instead
+    // of passing for a masked key (the NaN rule, README).
+    return _mm_or_ps(_mm_andnot_ps(underflow, scaled), _mm_cmpunord_ps(x, x));
   }
 };
 

@@ -8,6 +8,7 @@ and what was expected, print nothing that looks like a result, and leave no
 output file (nor a temporary one) behind.  Standard library only.
 """
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,16 @@ KV_BYTES = 1 * 48 * 2 * 16 * 2
 def write(path, nbytes):
     with open(path, "wb") as f:
         f.write(os.urandom(nbytes))
+    return path
+
+
+def write_floats(path, count, special):
+    """`count` float32 zeros with the {index: value} entries of `special`."""
+    values = [0.0] * count
+    for i, x in special.items():
+        values[i] = x
+    with open(path, "wb") as f:
+        f.write(struct.pack(f"<{count}f", *values))
     return path
 
 
@@ -66,6 +77,10 @@ CASES = {
     "bias_wrong_shape": (lambda d: SHAPE + [f"--bias={write(os.path.join(d, 'b.bin'), 32 * 48 * 4 * 3)}"],
                          "--bias: "),
     "bad_scale": (lambda d: ["--scale=-1"], "--scale"),
+    "bias_nan": (lambda d: SHAPE + [f"--bias={write_floats(os.path.join(d, 'b.bin'), 32 * 48, {100: float('nan')})}"],
+                 "--bias: element 100 of"),
+    "bias_plus_inf": (lambda d: SHAPE + [f"--bias={write_floats(os.path.join(d, 'b.bin'), 32 * 48, {7: float('inf')})}"],
+                      "is +inf (expected finite values, or -inf to mask)"),
     "shape_too_large": (lambda d: ["--batch-size=4096", "--seq-q=1048576", "--num-heads=64", "--head-dim=128"],
                         "memory is available"),
     "async_and_no_async": (lambda d: ["--async", "--no-async"], "--async and --no-async disagree"),

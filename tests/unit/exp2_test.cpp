@@ -66,6 +66,21 @@ TEST_P(Exp2, UnderflowAndMinusInfinityGiveZero) {
   for (float x : out) EXPECT_EQ(x, 0.0f);
 }
 
+// NaN stays NaN (a NaN score must reach its row, not pass for a masked key),
+// in every lane position and beside ordinary lanes.
+TEST_P(Exp2, NanGivesNan) {
+  std::vector<float> in(19, -1.0f);
+  for (std::size_t i = 0; i < in.size(); i += 3) in[i] = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> out = run(in);
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    if (i % 3 == 0) {
+      EXPECT_TRUE(std::isnan(out[i])) << i;
+    } else {
+      EXPECT_EQ(out[i], 0.5f) << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Paths, Exp2, ::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAvx512Bf16, fa::Isa::kAmx),
                          [](const auto& info) { return std::string(fa::isa_name(info.param)); });
 INSTANTIATE_TEST_SUITE_P(Paths, Exp2AboveZero, ::testing::Values(fa::Isa::kAvx512, fa::Isa::kAvx512Bf16, fa::Isa::kAmx),

@@ -371,6 +371,126 @@ TEST_P(EdgeCases, FullyMaskedRowsAreZeroWithMinusInfLse) {
   }
 }
 
+// The NaN rule (README): a NaN in Q row i makes output row i NaN; a NaN in K
+// or V row j makes NaN every row that may attend key j, its LSE too for K;
+// -inf in a bias masks.  Rows a NaN cannot reach match the reference.
+// Rows that may not attend key j can show V's NaN only where they share its
+// K/V tile (the product multiplies their zero probabilities by it).
+struct NanCase {
+  char tensor;           // 'Q', 'K', 'V' or 'B' (the bias)
+  std::int64_t row;      // its sequence position (query row for Q and B, key for K and V)
+  bool causal;
+  std::int64_t seq_q;    // 1 runs the row path
+  int splits;
+};
+
+class NonFiniteInputs : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, int>> {};
+
+const NanCase kNanCases[] = {
+    {'Q', 37, false, 64, 1}, {'K', 40, true, 64, 1}, {'V', 40, true, 64, 1}, {'K', 70, false, 1, 1},
+    {'V', 10, false, 64, 3}, {'B', 21, true, 64, 1}, {'K', 100, true, 64, 4},
+};
+
+TEST_P(NonFiniteInputs, NanPropagatesToTheRowsItTouches) {
+  const auto [isa, dtype, index] = GetParam();
+  SKIP_UNLESS_AVAILABLE(isa);
+  const NanCase& nc = kNanCases[index];
+  if (kFa1 && nc.splits > 1) GTEST_SKIP() << "FA1 has no split-KV";
+  const std::int64_t Sq = nc.seq_q, Skv = 128, H = 4, Hkv = 2, D = 32;
+  fa::AttentionParams p;
+  p.seq_q = Sq;
+  p.seq_kv = Skv;
+  p.num_heads = H;
+  p.num_kv_heads = Hkv;
+  p.head_dim = D;
+  p.causal = nc.causal;
+  p.tile_q = kFa1 ? 0 : 32;
+  p.tile_kv = kFa1 ? 0 : 32;
+  p.num_splits = nc.splits;
+  p.isa = isa;
+  std::vector<float> q = normal(Sq * H * D, 21, 1), k = normal(Skv * Hkv * D, 22, 1), v = normal(Skv * Hkv * D, 23, 1);
+  std::vector<float> bias(static_cast<std::size_t>(Sq * Skv), 0.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Head 1 of Q (group 0), K/V head 0 (heads 0 and 1); BSH rows.
+  if (nc.tensor == 'Q') q[(nc.row * H + 1) * D + 5] = nan;
+  if (nc.tensor == 'K') k[(nc.row * Hkv + 0) * D + 5] = nan;
+  if (nc.tensor == 'V') v[(nc.row * Hkv + 0) * D + 5] = nan;
+  if (nc.tensor == 'B') {
+    bias[nc.row * Skv + 3] = nan;
+    for (std::int64_t j = 0; j < Skv; j += 7) bias[(nc.row + 1) * Skv + j] = -std::numeric_limits<float>::infinity();
+    p.bias = bias.data();
+    p.bias_heads = 1;
+  }
+  const ForwardRun r = run_forward(p, isa, dtype, q, k, v);
+  // The reference on the same inputs (rounded to the dtype) knows which rows a
+  // NaN reaches: they are NaN there, and every other row is compared.
+  const std::size_t es = fa::dtype_size(dtype);
+  fa::cli::HostBuffer qb(q.size() * es), kb(k.size() * es), vb(v.size() * es);
+  for (std::size_t i = 0; i < q.size(); ++i) fa::detail::store_from_f32(qb.data(), dtype, i, q[i]);
+  for (std::size_t i = 0; i < k.size(); ++i) fa::detail::store_from_f32(kb.data(), dtype, i, k[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) fa::detail::store_from_f32(vb.data(), dtype, i, v[i]);
+  fa::AttentionTensors t;
+  t.q = fa::make_view(qb.data(), dtype, Layout::kBSH, 1, H, Sq, D);
+  t.k = fa::make_view(kb.data(), dtype, Layout::kBSH, 1, Hkv, Skv, D);
+  t.v = fa::make_view(vb.data(), dtype, Layout::kBSH, 1, Hkv, Skv, D);
+  std::vector<double> ref(q.size()), ref_lse(static_cast<std::size_t>(H * Sq));
+  ASSERT_TRUE(fa::reference_forward(p, t, ref.data(), ref_lse.data()).ok());
+  int nan_rows = 0;
+  double err2 = 0, ref2 = 0;
+  for (std::int64_t h = 0; h < H; ++h) {
+    for (std::int64_t i = 0; i < Sq; ++i) {
+      // Which elements a NaN of each tensor must reach, by the rule itself
+      // (the reference is checked against it too): the whole row for Q, K
+      // and the bias, V's column for V.
+      const std::int64_t last_key = nc.causal ? i + Skv - Sq : Skv - 1;  // bottom-right causal
+      const bool attends = h < 2 && nc.row <= last_key;
+      bool row_reached = false;
+      for (std::int64_t d = 0; d < D; ++d) {
+        const std::size_t at = static_cast<std::size_t>((i * H + h) * D + d);
+        const bool reached = std::isnan(ref[at]);
+        bool expected = false;
+        if (nc.tensor == 'Q' || nc.tensor == 'B') expected = i == nc.row && (nc.tensor == 'B' || h == 1);
+        if (nc.tensor == 'K') expected = attends;
+        if (nc.tensor == 'V') expected = attends && d == 5;
+        ASSERT_EQ(reached, expected) << "reference, head " << h << " row " << i << " dim " << d;
+        row_reached = row_reached || reached;
+        const float o = r.out[at];
+        if (reached) {
+          ASSERT_TRUE(std::isnan(o)) << "head " << h << " row " << i << " dim " << d;
+          continue;
+        }
+        if (nc.tensor == 'V' && h < 2 && d == 5 && std::isnan(o)) {
+          // Allowed only in the NaN key's K/V tile: this row's window reaches it.
+          ASSERT_GE(last_key, nc.row / 32 * 32) << "head " << h << " row " << i;
+          continue;
+        }
+        ASSERT_TRUE(std::isfinite(o)) << "head " << h << " row " << i << " dim " << d;
+        err2 += (o - ref[at]) * (o - ref[at]);
+        ref2 += ref[at] * ref[at];
+      }
+      nan_rows += row_reached;
+      // The LSE of a row whose scores a NaN reached (V's does not touch them).
+      if (row_reached && nc.tensor != 'V') {
+        EXPECT_TRUE(std::isnan(r.lse[h * Sq + i])) << "LSE, head " << h << " row " << i;
+      } else {
+        EXPECT_TRUE(std::isfinite(r.lse[h * Sq + i])) << "LSE, head " << h << " row " << i;
+      }
+    }
+  }
+  EXPECT_GT(nan_rows, 0);
+  EXPECT_LE(std::sqrt(err2 / ref2), fa::cli::rel_l2_bound(dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, NonFiniteInputs,
+                         ::testing::Combine(kPaths, kDtypes, ::testing::Range(0, static_cast<int>(std::size(kNanCases)))),
+                         [](const auto& info) {
+                           const NanCase& nc = kNanCases[std::get<2>(info.param)];
+                           return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
+                                  std::string(fa::dtype_name(std::get<1>(info.param))) + "_" + nc.tensor +
+                                  std::to_string(nc.row) + (nc.causal ? "_causal" : "") +
+                                  (nc.seq_q == 1 ? "_decode" : "") + (nc.splits > 1 ? "_split" : "");
+                         });
+
 TEST_P(EdgeCases, HugeLogitsStayFinite) {
   // Q and K entries of about 100 give logits of order 1e4 and more: exp
   // without the max subtraction would overflow fp16 (and fp32) at once.
