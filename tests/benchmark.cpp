@@ -238,6 +238,11 @@ Options read_options(const Args& a) {
     if (o.layout != fa::Layout::kTND || !a.has("cu-seqlens-q") || !a.has("cu-seqlens-kv")) {
       throw UsageError("--layout=TND, --cu-seqlens-q and --cu-seqlens-kv go together");
     }
+    for (const char* flag : {"batch-size", "seq-q", "seq-kv"}) {  // what the lists set: one source, not two
+      if (a.has(flag)) {
+        throw UsageError(std::string("--") + flag + ": set by --cu-seqlens-q/--cu-seqlens-kv with --layout=TND (give one)");
+      }
+    }
     for (auto [flag, list] : {std::pair{"cu-seqlens-q", &o.cu_q}, std::pair{"cu-seqlens-kv", &o.cu_kv}}) {
       const std::string text = a.str(flag);
       std::size_t pos = 0;
@@ -274,6 +279,16 @@ Options read_options(const Args& a) {
   }
   p.pre_tokens = a.integer("pre-tokens", fa::kUnboundedTokens, 0, fa::kUnboundedTokens);
   p.next_tokens = a.integer("next-tokens", fa::kUnboundedTokens, 0, fa::kUnboundedTokens);
+  // The band's sizes mean something in modes 0 and 4 only: elsewhere they
+  // would do nothing, so they are refused rather than ignored.
+  const bool band = p.sparse_mode && (*p.sparse_mode == fa::SparseMode::kMaskAndBand || *p.sparse_mode == fa::SparseMode::kBand);
+  for (const char* flag : {"pre-tokens", "next-tokens"}) {
+    if (a.has(flag) && !band) {
+      throw UsageError(std::string("--") + flag + ": applies to --sparse-mode=0 or 4 (the band), not to " +
+                       (p.sparse_mode ? "--sparse-mode=" + std::to_string(static_cast<int>(*p.sparse_mode))
+                                      : std::string(p.causal ? "--causal" : "a call without a sparse mode")));
+    }
+  }
   if (a.has("softcap")) {
     const double cap = a.real("softcap", 0.0);
     if (!(cap > 0.0) || cap > 1e30) throw UsageError("--softcap: expected a positive finite number");
