@@ -11,6 +11,7 @@
 
 #include "flash_attention/flash_attention.h"
 #include "dropout.h"
+#include "thread_pool.h"
 #include "mask.h"
 #include "tile_config.h"
 
@@ -83,15 +84,13 @@ float AttentionParams::softmax_scale() const {
   return head_dim > 0 ? 1.0f / std::sqrt(static_cast<float>(head_dim)) : 1.0f;
 }
 
-int default_thread_count() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    const int n = CPU_COUNT(&set);
-    if (n > 0) return n;
+int default_thread_count() { return detail::worker_cpu_count(); }
+
+Status set_worker_cpus(const std::vector<int>& cpus) {
+  if (!detail::set_worker_cpus(cpus)) {
+    return Status::Invalid("set_worker_cpus: a CPU of the list is not one this process may run on");
   }
-  const unsigned hw = std::thread::hardware_concurrency();
-  return hw > 0 ? static_cast<int>(hw) : 1;
+  return Status::Ok();
 }
 
 int default_tile_q() { return detail::kDefaultTileQ; }

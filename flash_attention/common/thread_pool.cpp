@@ -1,10 +1,65 @@
 #include "thread_pool.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace fa::detail {
 namespace {
 thread_local bool t_inside_pool_task = false;
+
+struct CpuSet {
+  std::mutex mutex;
+  bool chosen = false;             // by set_worker_cpus
+  cpu_set_t set;
+  std::atomic<std::uint64_t> generation{1};
+};
+CpuSet& cpu_state() {
+  static CpuSet state;
+  return state;
+}
+
+// The process's CPUs: its main thread's affinity (the thread group leader's
+// id is the process id), whichever thread asks.
+cpu_set_t process_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(getpid(), sizeof(set), &set) != 0 || CPU_COUNT(&set) == 0) {
+    CPU_ZERO(&set);
+    const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned i = 0; i < hw && i < CPU_SETSIZE; ++i) CPU_SET(i, &set);
+  }
+  return set;
+}
+}  // namespace
+
+cpu_set_t worker_cpus() {
+  CpuSet& s = cpu_state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.chosen) s.set = process_cpus();
+  return s.set;
+}
+
+int worker_cpu_count() {
+  const cpu_set_t set = worker_cpus();
+  return std::max(1, CPU_COUNT(&set));
+}
+
+bool set_worker_cpus(const std::vector<int>& cpus) {
+  const cpu_set_t allowed = process_cpus();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed)) return false;
+    CPU_SET(cpu, &set);
+  }
+  CpuSet& s = cpu_state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.chosen = !cpus.empty();
+  s.set = s.chosen ? set : allowed;
+  s.generation.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 ThreadPool& ThreadPool::global() {
@@ -41,14 +96,21 @@ void ThreadPool::drain(int worker) {
 }
 
 void ThreadPool::worker_loop(int index) {
-  std::uint64_t seen = 0;
+  std::uint64_t seen = 0, pinned = 0;
   for (;;) {
+    std::uint64_t cpus = 0;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       start_cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
       if (stopping_) return;
       seen = generation_;
+      cpus = cpus_generation_;
       if (index > active_workers_) continue;  // not needed for this job
+    }
+    if (cpus != pinned) {  // created by (or last pinned for) another CPU set: the library's now
+      const cpu_set_t set = worker_cpus();
+      pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+      pinned = cpus;
     }
     drain(index);
     {
@@ -78,6 +140,7 @@ void ThreadPool::run(std::int64_t num_items, int threads, ItemFn fn, void* conte
     num_items_ = num_items;
     active_workers_ = helpers;
     finished_workers_ = 0;
+    cpus_generation_ = cpu_state().generation.load(std::memory_order_relaxed);
     next_item_.store(0, std::memory_order_relaxed);
     ++generation_;
   }

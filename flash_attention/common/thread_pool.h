@@ -4,8 +4,18 @@
 // a call never pays for thread creation.  Work is handed out as item indices
 // from one atomic counter: callers order their items so that the most
 // expensive come first, which balances uneven (causal) work without a static
-// partition.  Nothing is pinned to a core.
+// partition.
+//
+// Which CPUs: the library's CPU set — the process's (its main thread's
+// affinity, read once), or what set_worker_cpus chose — never the calling
+// thread's.  The default thread count is its size, and every worker runs on
+// that whole set (re-pinned when it changes), so a caller pinned to one core
+// neither squeezes later calls onto it nor gets a different plan (and
+// different bits) than an unpinned one.  The calling thread, which takes
+// part as worker 0, keeps its own affinity.
 #pragma once
+
+#include <sched.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -15,6 +25,13 @@
 #include <vector>
 
 namespace fa::detail {
+
+// The library's CPU set (see above), and its size.
+cpu_set_t worker_cpus();
+int worker_cpu_count();
+// Sets it (an empty list restores the process's); false when a CPU is not
+// one the process may run on.
+bool set_worker_cpus(const std::vector<int>& cpus);
 
 class ThreadPool {
  public:
@@ -51,6 +68,7 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::uint64_t generation_ = 0;
   bool stopping_ = false;
+  std::uint64_t cpus_generation_ = 0;  // set_worker_cpus' count when the job started
 
   // The job in flight.
   ItemFn fn_ = nullptr;

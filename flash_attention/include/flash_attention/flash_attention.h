@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 // Symbols of the shared libraries' public API; everything else is hidden.
 #if defined(__GNUC__)
@@ -271,8 +272,16 @@ FA_API void release_cached_workspace();
 // Number of (query, key) pairs that may attend, per (batch, head).
 FA_API std::int64_t attended_pairs(const AttentionParams& params);
 
-// Threads a call with params.threads == 0 uses: the cores this process may run on.
+// Threads a call with params.threads == 0 uses: the size of the library's
+// CPU set, the CPUs the process may run on (its main thread's affinity),
+// whatever the calling thread is pinned to.  The library's worker threads run
+// on that whole set; the calling thread takes part with its own affinity.
 FA_API int default_thread_count();
+// Narrows the library's CPU set to `cpus` (for callers who pin their work):
+// the default thread count becomes their number and the workers move onto
+// them at the next call; an empty list restores the process's set.  A CPU
+// the process may not run on is refused.
+FA_API Status set_worker_cpus(const std::vector<int>& cpus);
 
 // --------------------------------------------------------- entry points ---
 
