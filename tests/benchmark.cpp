@@ -205,10 +205,6 @@ int run(int argc, char** argv) {
   fa::AttentionParams& p = o.params;
   fa::Isa isa;
   if (fa::Status s = fa::select_isa(p, &isa); !s.ok()) throw UsageError(s.message());
-  // The tile plan, checked against the CPU's resources before anything is
-  // allocated (a plan that does not fit is the guide's first trap).
-  fa::TilePlan plan;
-  if (fa::Status s = fa::plan(fa::cli::kVersion, p, o.dtype, &plan); !s.ok()) throw UsageError(s.message());
   // Packed variable-length tensors are views of batch 1.
   const std::int64_t B = p.cu_seqlens_q ? 1 : p.batch, Sq = p.seq_q, Skv = p.seq_kv, H = p.num_heads, Hkv = p.kv_heads(),
                      D = p.head_dim;
@@ -218,6 +214,13 @@ int run(int argc, char** argv) {
   const std::size_t mask_bytes = o.mask_path.empty() ? 0 : fa::cli::checked_product({Sq, Skv}, "mask");
   const std::size_t o_bytes = fa::cli::checked_product({B, Sq, H, D, std::int64_t(fa::dtype_size(o.out_dtype))}, "O");
   const std::size_t lse_bytes = fa::cli::checked_product({B, H, Sq, 4}, "LSE");
+  // The tensors alone first: a shape that cannot fit is refused before the
+  // planner walks its items.
+  fa::cli::check_fits_in_memory(q_bytes + o_bytes + 2 * kv_bytes + lse_bytes, "this shape");
+  // The tile plan, checked against the CPU's resources before anything is
+  // allocated (a plan that does not fit is the guide's first trap).
+  fa::TilePlan plan;
+  if (fa::Status s = fa::plan(fa::cli::kVersion, p, o.dtype, &plan); !s.ok()) throw UsageError(s.message());
   const int threads = p.threads > 0 ? p.threads : fa::default_thread_count();
   const std::size_t workspace = fa::cli::version_workspace_bytes(p, o.dtype, threads);
   const std::size_t set_bytes = q_bytes + o_bytes + 2 * kv_bytes;  // Q, K, V, O

@@ -123,11 +123,19 @@ void add_items(const AttentionParams& p, int tq, int tkv, std::int64_t q_tiles, 
         const std::int64_t keys = hi > lo ? hi - lo : 0;
         cost += (double((keys + tkv - 1) / tkv) + 0.05) * pack;  // + the per-tile epilogue
       }
-      for (std::int64_t unit = 0; unit < p.batch * p.num_heads / pack; ++unit) {
-        auto it = std::min_element(busy.begin(), busy.end());
-        *it += cost;
-        total += cost;
+      // The group's units (items of one cost) go to the least busy threads:
+      // whole rounds of one each first, then the rest one at a time.  The
+      // greedy's own choice while the threads' loads differ by less than one
+      // item, as longest-first order keeps them; and a call of millions of
+      // items plans in time proportional to its Q tiles.
+      std::int64_t units = p.batch * p.num_heads / pack;
+      total += cost * double(units);
+      const std::int64_t rounds = units / std::int64_t(busy.size());
+      if (rounds > 0) {
+        for (double& b : busy) b += cost * double(rounds);
+        units -= rounds * std::int64_t(busy.size());
       }
+      for (; units > 0; --units) *std::min_element(busy.begin(), busy.end()) += cost;
     }
   }
 }
