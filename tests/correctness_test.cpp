@@ -9,6 +9,7 @@
 
 #include "driver/attention_case.h"
 #include "driver/cli_args.h"
+#include "driver/test_options.h"
 #include "driver/version_entry.h"
 
 namespace {
@@ -203,49 +204,18 @@ std::vector<CaseSpec> build_matrix(DType dtype, bool quick) {
 }
 
 int run(int argc, char** argv) {
-  fa::cli::Args args(std::string(fa::cli::kVersionTag) + "_test",
-                     {{"quick", fa::cli::FlagKind::kBool, "", "run a subset (under 30 s)"},
-                      {"dtype", fa::cli::FlagKind::kString, "fp16|bf16|fp32|fp8_e4m3|fp8_e5m2",
-                       "only cases of this dtype (default: fp32, fp16, bf16, and on FA3 both FP8 formats)"},
-                      {"seed", fa::cli::FlagKind::kInt, "N", "seed of the random inputs (default 1)"},
-                      {"async", fa::cli::FlagKind::kBool, "",
-                       "every case with the next-tile prefetch on (default: FA_ENABLE_ASYNC of the build)"},
-                      {"isa", fa::cli::FlagKind::kString, "generic|avx2|avx512|avx512bf16|amx",
-                       "only this kernel path (default: every path this CPU can run)"},
-                      {"help", fa::cli::FlagKind::kBool, "", "print this help"}});
+  fa::cli::Args args(std::string(fa::cli::kVersionTag) + "_test", fa::cli::test_flags());
   args.parse(argc, argv);
   if (args.flag("help")) {
     std::cout << fa::cli::kVersionTitle << " correctness tests against the float64 reference\n"
               << args.help_text();
     return 0;
   }
-  std::vector<DType> dtypes = {DType::kF32, DType::kF16, DType::kBF16};
-  if (fa::cli::kVersion == fa::Version::kFA3) dtypes.insert(dtypes.end(), {DType::kFP8E4M3, DType::kFP8E5M2});
-  if (args.has("dtype")) {
-    auto dt = fa::parse_dtype(args.str("dtype"));
-    if (!dt) {
-      throw fa::cli::UsageError("--dtype: unknown dtype '" + args.str("dtype") +
-                                "' (expected fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2)");
-    }
-    dtypes = {*dt};
-  }
-  std::vector<fa::Isa> paths;
-  if (args.has("isa")) {
-    auto isa = fa::parse_isa(args.str("isa"));
-    if (!isa) throw fa::cli::UsageError("--isa: unknown kernel path '" + args.str("isa") + "' (expected generic, avx2, avx512, avx512bf16 or amx)");
-    fa::Isa chosen;
-    fa::AttentionParams probe;
-    probe.isa = *isa;
-    if (fa::Status s = fa::select_isa(probe, &chosen); !s.ok()) throw fa::cli::UsageError("--isa: " + s.message());
-    paths = {*isa};
-  } else {
-    for (fa::Isa isa : {fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAvx512Bf16, fa::Isa::kAmx}) {
-      if (fa::isa_available(isa)) paths.push_back(isa);
-    }
-  }
-  const bool quick = args.flag("quick");
-  const bool async = args.flag("async");
-  const std::uint64_t seed = static_cast<std::uint64_t>(args.integer("seed", 1, 0, std::int64_t{1} << 62));
+  const fa::cli::TestOptions options = fa::cli::read_test_options(args, fa::cli::kVersion);
+  const std::vector<DType>& dtypes = options.dtypes;
+  const std::vector<fa::Isa>& paths = options.paths;
+  const bool quick = options.quick, async = options.async;
+  const std::uint64_t seed = options.seed;
 
   int passed = 0, failed = 0, skipped = 0;
   std::uint64_t case_seed = seed * 1000;
