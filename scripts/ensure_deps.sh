@@ -53,6 +53,16 @@ fa_ensure_test_deps() {
   fi
 }
 
+# clang and its libFuzzer runtime, for the fuzzing harnesses (CTest label
+# fuzz).  Not fatal: without them those tests print SKIP.
+fa_ensure_fuzz_deps() {
+  local runtime
+  runtime=$(clang++ -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null || true)
+  if command -v clang++ >/dev/null 2>&1 && [ -f "$runtime" ]; then return 0; fi
+  fa_apt_install clang libclang-rt-dev || fa_log "no clang with libFuzzer: the fuzzing tests will be skipped"
+  return 0
+}
+
 # Prints a Python 3 interpreter that imports NumPy, installing python3-numpy
 # (for Debian's /usr/bin/python3) when none does.
 fa_numpy_python() {

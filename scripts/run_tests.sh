@@ -2,11 +2,13 @@
 # Builds every version (FLASH_ATTENTION_VERSION=all) and runs the whole test
 # suite (CTest): unit and property tests, the fa1/fa2/fa3_test matrices,
 # bad-input tests of the tools, configure-time checks and build variants
-# (FA3 under ThreadSanitizer among them), the data scripts, the version
-# comparison, the guide walkthrough, and the unit and driver tests again
+# (FA2 and FA3 under ThreadSanitizer among them), the fuzzing harnesses for a
+# minute each (clang), the data scripts, the version comparison, the guide
+# walkthrough, and the unit and driver tests again
 # under AddressSanitizer + UndefinedBehaviorSanitizer (the amx path's tiles
 # emulated there).
-# Installs missing Debian packages (cmake, g++, libgtest-dev, python3-numpy)
+# Installs missing Debian packages (cmake, g++, libgtest-dev, python3-numpy;
+# clang and libclang-rt-dev for the fuzzing, whose tests skip without them)
 # unless --no-install.
 #
 # usage: scripts/run_tests.sh [--build-dir DIR] [--jobs N] [--no-install] [--no-sanitize]
@@ -32,6 +34,7 @@ done
 # shellcheck source=ensure_deps.sh
 . "$REPO/scripts/ensure_deps.sh"
 fa_ensure_test_deps
+fa_ensure_fuzz_deps
 fa_numpy_python >/dev/null  # the script tests need NumPy; CMake finds it again
 
 configure_and_build() {  # dir, extra cmake args...

@@ -66,15 +66,21 @@ TensorView make_view(void* data, DType dtype, Layout layout, std::int64_t batch,
   v.shape[1] = heads;
   v.shape[2] = seq;
   v.shape[3] = head_dim;
+  // A stride whose product overflows is -1: validate refuses the view
+  // ("strides must be non-negative and addressable") instead of it wrapping.
+  auto times = [](std::int64_t a, std::int64_t b) {
+    std::int64_t r = 0;
+    return a < 0 || __builtin_mul_overflow(a, b, &r) ? std::int64_t{-1} : r;
+  };
   v.strides[3] = 1;
   if (layout == Layout::kBNSD) {
     v.strides[2] = head_dim;
-    v.strides[1] = seq * head_dim;
-    v.strides[0] = heads * seq * head_dim;
+    v.strides[1] = times(seq, head_dim);
+    v.strides[0] = times(heads, v.strides[1]);
   } else {  // BSH, BSND and TND share their bytes
     v.strides[1] = head_dim;
-    v.strides[2] = heads * head_dim;
-    v.strides[0] = seq * heads * head_dim;
+    v.strides[2] = times(heads, head_dim);
+    v.strides[0] = times(seq, v.strides[2]);
   }
   return v;
 }
@@ -209,7 +215,11 @@ Status check_view(const char* name, const TensorView& v, std::int64_t b, std::in
 
 }  // namespace
 
-Status validate(const AttentionParams& p, const AttentionTensors& t) {
+namespace detail {
+
+// Every check of `p` that needs no tensor (validate's first part), shared
+// with the planner so that neither ever computes with a bad shape.
+Status validate_params(const AttentionParams& p) {
   auto positive = [](const char* what, std::int64_t value) -> Status {
     if (value <= 0) {
       return Status::Invalid(std::string(what) + " must be a positive integer (got " +
@@ -237,6 +247,27 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
     return Status::Invalid("head_dim must be a multiple of 8 from 8 to " +
                            std::to_string(kMaxHeadDim) + " (got " + std::to_string(p.head_dim) +
                            ")");
+  }
+  // Sizes whose products the library forms (elements of Q, K, V and O, the
+  // mask and bias rows, the LSE, split partials) must fit 62 bits: beyond,
+  // no buffer could hold them and the arithmetic would wrap.
+  {
+    const std::int64_t kv_heads = p.kv_heads();
+    const std::int64_t limit = std::int64_t{1} << 62;
+    std::int64_t n = 1;
+    for (const auto& factors : {std::vector<std::int64_t>{p.batch, p.num_heads, p.seq_q, p.head_dim + 1, kMaxSplits},
+                                std::vector<std::int64_t>{p.batch, kv_heads, p.seq_kv, p.head_dim},
+                                std::vector<std::int64_t>{p.num_heads, p.seq_q, p.seq_kv}}) {
+      n = 1;
+      for (std::int64_t x : factors) {
+        if (__builtin_mul_overflow(n, x, &n) || n > limit) {
+          return Status::Invalid("the shape is too large: batch " + std::to_string(p.batch) + ", heads " +
+                                 std::to_string(p.num_heads) + ", seq_q " + std::to_string(p.seq_q) + ", seq_kv " +
+                                 std::to_string(p.seq_kv) + ", head_dim " + std::to_string(p.head_dim) +
+                                 " multiply past 2^62 elements");
+        }
+      }
+    }
   }
   const float scale = p.softmax_scale();
   if (!std::isfinite(scale) || scale <= 0.0f) {
@@ -318,6 +349,14 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
       }
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace detail
+
+Status validate(const AttentionParams& p, const AttentionTensors& t) {
+  if (Status s = detail::validate_params(p); !s.ok()) return s;
+  const bool varlen = p.cu_seqlens_q || p.cu_seqlens_kv;
   const std::int64_t view_batch = varlen ? 1 : p.batch;
   const DType dt = t.q.dtype;
   if (Status s = check_view("Q", t.q, view_batch, p.num_heads, p.seq_q, p.head_dim, dt); !s.ok()) return s;

@@ -24,6 +24,7 @@
 namespace fa {
 namespace detail {
 Status select_isa(const std::optional<Isa>& forced, Isa* chosen);
+Status validate_params(const AttentionParams& p);
 }
 
 namespace {
@@ -216,22 +217,8 @@ Status tuning_cache_store(Version version, const AttentionParams& p, DType dtype
 Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) { return fa::plan(Version::kFA2, p, dtype, plan); }
 
 Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* plan) {
-  // The planner divides by these: refuse what validate() would refuse.
-  for (auto [what, value] : {std::pair<const char*, std::int64_t>{"batch", p.batch},
-                             {"seq_q", p.seq_q},
-                             {"seq_kv", p.seq_kv},
-                             {"num_heads", p.num_heads},
-                             {"head_dim", p.head_dim}}) {
-    if (value <= 0) {
-      return Status::Invalid(std::string(what) + " must be a positive integer (got " + std::to_string(value) + ")");
-    }
-  }
-  for (int tile : {p.tile_q, p.tile_kv}) {
-    if (tile != 0 && tile != kTileAuto && !valid_tile(tile)) {
-      return Status::Invalid("tile_q and tile_kv must be powers of two from 16 to 512, kTileAuto or 0 (got " +
-                             std::to_string(tile) + ")");
-    }
-  }
+  // The planner computes with these: refuse what validate() would refuse.
+  if (Status s = detail::validate_params(p); !s.ok()) return s;
   if (Status s = version_supports(version, p, dtype); !s.ok()) return s;
   Isa isa;
   if (Status s = detail::select_isa(p.isa, &isa); !s.ok()) return s;

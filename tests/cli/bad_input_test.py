@@ -52,6 +52,9 @@ CASES = {
     "unknown_dtype": (lambda d: ["--dtype=fp8"], "--dtype: unknown dtype 'fp8' (expected fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2)"),
     "unknown_layout": (lambda d: ["--layout=SBH"], "--layout: unknown layout 'SBH'"),
     "unknown_flag": (lambda d: ["--bhu-limit=32"], "unknown flag --bhu-limit"),
+    # Found by fuzzing: a control character in what the user typed split the
+    # one-line message; it is escaped now.
+    "newline_in_value": (lambda d: ["--dtype=fp\n16"], "--dtype: unknown dtype 'fp\\n16'"),
     "head_dim_not_multiple_of_8": (lambda d: ["--head-dim=60"], "--head-dim: 60 is not valid (expected a multiple of 8"),
     "heads_not_divisible": (lambda d: ["--num-heads=12", "--num-kv-heads=5"], "--num-kv-heads: 5 does not divide"),
     "negative_number": (lambda d: ["--batch-size=-2"], "--batch-size: -2 is out of range"),

@@ -14,8 +14,12 @@
 
 namespace fa::cli {
 
+// `text` with its control characters written as escapes (\n, \t, \xNN), so
+// a message quoting what the user typed stays one line.
+std::string printable(const std::string& text);
+
 struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  explicit UsageError(const std::string& message) : std::runtime_error(printable(message)) {}
 };
 
 enum class FlagKind { kBool, kString, kInt, kFloat };

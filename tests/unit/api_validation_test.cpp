@@ -82,6 +82,23 @@ TEST_F(ApiValidation, NonPositiveSizes) {
   expect_invalid("batch must be a positive integer");
 }
 
+// Found by fuzzing (tests/fuzz/fuzz_api.cpp): sizes whose products overflow
+// 64 bits wrapped inside make_view and the planner (undefined behaviour);
+// they are now refused, with the view's overflowing stride marked -1.
+TEST_F(ApiValidation, SizesWhoseProductsOverflowAreRefused) {
+  const std::int64_t huge = std::int64_t{1} << 40;
+  const fa::TensorView v = fa::make_view(q.data(), fa::DType::kF32, fa::Layout::kBSH, huge, huge, huge, 64);
+  EXPECT_EQ(v.strides[0], -1);
+  EXPECT_EQ(fa::make_view(q.data(), fa::DType::kF32, fa::Layout::kBNSD, 2, huge, huge, 64).strides[0], -1);
+  p.seq_q = p.seq_kv = huge;
+  p.num_heads = p.num_kv_heads = 1 << 20;
+  expect_invalid("the shape is too large");
+  fa::TilePlan plan;
+  const fa::Status s = fa::plan(fa::Version::kFA2, p, fa::DType::kF32, &plan);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("the shape is too large"), std::string::npos) << s.message();
+}
+
 TEST_F(ApiValidation, TileNotPowerOfTwo) {
   p.tile_q = 100;
   expect_invalid("tile_q must be a power of two");
