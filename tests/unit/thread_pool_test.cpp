@@ -81,6 +81,25 @@ void on_pinned_thread(Fn&& fn) {
   t.join();
 }
 
+// The affinity masks the pool's workers (not the caller, worker 0, which
+// keeps its own) ran a job of `items` items on `threads` threads with.  The
+// items last long enough that the workers take some: the caller alone would
+// otherwise finish them all before a worker wakes.
+std::vector<cpu_set_t> worker_masks(std::int64_t items, int threads) {
+  std::mutex m;
+  std::vector<cpu_set_t> seen;
+  ThreadPool::global().parallel_for(items, threads, [&](std::int64_t, int worker) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    if (worker == 0) return;
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    sched_getaffinity(0, sizeof(mine), &mine);
+    std::lock_guard<std::mutex> lock(m);
+    seen.push_back(mine);
+  });
+  return seen;
+}
+
 TEST(CpuSet, PinnedCallerGetsTheProcessThreadCount) {
   const cpu_set_t all = process_set();
   int pinned_count = 0;
@@ -92,22 +111,9 @@ TEST(CpuSet, PinnedCallerGetsTheProcessThreadCount) {
 TEST(CpuSet, WorkersRunOnTheWholeSetWhenAPinnedCallerStartsThem) {
   const cpu_set_t all = process_set();
   if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "one CPU: nothing to tell apart";
-  std::mutex m;
   std::vector<cpu_set_t> seen;
-  on_pinned_thread([&] {
-    // Enough threads that the pool has to create some here, under the pin.
-    ThreadPool::global().parallel_for(64, 6, [&](std::int64_t, int worker) {
-      // Long enough items that the workers take some (the caller alone
-      // would otherwise finish them all before a worker wakes).
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      if (worker == 0) return;  // the caller keeps its own affinity
-      cpu_set_t mine;
-      CPU_ZERO(&mine);
-      sched_getaffinity(0, sizeof(mine), &mine);
-      std::lock_guard<std::mutex> lock(m);
-      seen.push_back(mine);
-    });
-  });
+  // Enough threads that the pool has to create some here, under the pin.
+  on_pinned_thread([&] { seen = worker_masks(64, 6); });
   ASSERT_FALSE(seen.empty());
   for (const cpu_set_t& s : seen) EXPECT_TRUE(CPU_EQUAL(&s, &all)) << "a worker kept the caller's pin";
 }
@@ -118,17 +124,7 @@ TEST(CpuSet, NarrowedAndRestored) {
   while (!CPU_ISSET(first, &all)) ++first;
   ASSERT_TRUE(fa::detail::set_worker_cpus({first}));
   EXPECT_EQ(fa::detail::worker_cpu_count(), 1);
-  std::mutex m;
-  std::vector<cpu_set_t> seen;
-  ThreadPool::global().parallel_for(32, 4, [&](std::int64_t, int worker) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    if (worker == 0) return;
-    cpu_set_t mine;
-    CPU_ZERO(&mine);
-    sched_getaffinity(0, sizeof(mine), &mine);
-    std::lock_guard<std::mutex> lock(m);
-    seen.push_back(mine);
-  });
+  const std::vector<cpu_set_t> seen = worker_masks(32, 4);
   ASSERT_FALSE(seen.empty());
   for (const cpu_set_t& s : seen) EXPECT_TRUE(CPU_COUNT(&s) == 1 && CPU_ISSET(first, &s));
   EXPECT_FALSE(fa::detail::set_worker_cpus({CPU_SETSIZE + 5}));
