@@ -16,9 +16,6 @@ option(FA_AMX_EMULATION "Run the amx path's tile instructions as plain C++ (test
 option(ENABLE_BENCHMARK "Build the <version>_benchmark programs" ON)
 option(ENABLE_TESTS "Build the <version>_test programs and the CTest suite" ON)
 
-# Versions whose code exists.
-set(FA_IMPLEMENTED_VERSIONS 1 2 3)
-
 function(fa_fail option value expected)
   message(FATAL_ERROR "${option}=${value} is not valid: expected ${expected}")
 endfunction()
@@ -30,13 +27,8 @@ if(DEFINED ASCEND_HOME OR DEFINED ASCEND_NPU_TYPE OR DEFINED ENV{ASCEND_NPU_TYPE
 endif()
 
 if(FLASH_ATTENTION_VERSION STREQUAL "all")
-  set(FA_VERSIONS ${FA_IMPLEMENTED_VERSIONS})
+  set(FA_VERSIONS 1 2 3)
 elseif(FLASH_ATTENTION_VERSION MATCHES "^[123]$")
-  if(NOT FLASH_ATTENTION_VERSION IN_LIST FA_IMPLEMENTED_VERSIONS)
-    string(REPLACE ";" ", " valid "${FA_IMPLEMENTED_VERSIONS}")
-    message(FATAL_ERROR "FLASH_ATTENTION_VERSION=${FLASH_ATTENTION_VERSION}: FlashAttention-v"
-                        "${FLASH_ATTENTION_VERSION} is not implemented yet; valid now: ${valid} or all")
-  endif()
   set(FA_VERSIONS ${FLASH_ATTENTION_VERSION})
 else()
   fa_fail(FLASH_ATTENTION_VERSION "${FLASH_ATTENTION_VERSION}" "1, 2, 3 or all")
