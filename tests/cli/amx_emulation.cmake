@@ -4,6 +4,7 @@
 # path (window edges, shared K/V packing, edge cases, the accuracy rule).
 # Prints SKIP on a CPU without AVX512_BF16, which the emulated path needs.
 include(${CMAKE_CURRENT_LIST_DIR}/variant_build.cmake)
+fa_skip_unless_cpu_has(avx512_bf16 "the emulated amx path")
 fa_build_variant(OPTIONS -DFA_AMX_EMULATION=ON -DENABLE_TESTS=ON TARGETS fa2_test fa2_property_tests fa_unit_tests
                  EXPECT "FA_AMX_EMULATION=ON")
 execute_process(COMMAND ${BUILD}/tests/fa2_test --isa=amx RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

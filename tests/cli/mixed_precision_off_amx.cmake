@@ -3,6 +3,7 @@
 # cases, the accuracy rule) through its fp16-arithmetic softmax.  Prints SKIP
 # on a CPU without the amx path.
 include(${CMAKE_CURRENT_LIST_DIR}/variant_build.cmake)
+fa_skip_unless_cpu_has(amx_tile "the amx path")
 fa_build_variant(OPTIONS -DFA_MIXED_PRECISION_SOFTMAX=OFF -DENABLE_TESTS=ON -DFA_TARGET=amx
                  TARGETS fa2_benchmark fa2_test)
 execute_process(COMMAND ${BUILD}/tests/fa2_benchmark --dtype=fp16 --seq-q=300 --num-runs=1 --no-probe --check

@@ -17,3 +17,17 @@ function(fa_build_variant)
     message(FATAL_ERROR "build failed:\n${err}")
   endif()
 endfunction()
+
+# fa_skip_unless_cpu_has(<cpuinfo flag> <what needs it>): prints SKIP and
+# ends the calling script when /proc/cpuinfo lacks the flag, before anything
+# is built (a variant whose programs could not run here costs no build time).
+# A macro, so that return() leaves the calling script.
+macro(fa_skip_unless_cpu_has flag why)
+  if(EXISTS /proc/cpuinfo)
+    file(STRINGS /proc/cpuinfo _fa_cpu_flags REGEX "^flags" LIMIT_COUNT 1)
+    if(NOT _fa_cpu_flags MATCHES " ${flag}( |$)")
+      message("SKIP: ${why} needs the CPU flag ${flag}, which this CPU lacks")
+      return()
+    endif()
+  endif()
+endmacro()
