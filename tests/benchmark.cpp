@@ -325,6 +325,13 @@ int run(int argc, char** argv) {
   // (and again right after, below): on a shared machine a neighbour can take
   // a core during one probe, so the higher of the two is the ceiling used.
   const double peak_before = o.probe ? measure_peak() : 0.0;
+  // The streaming-read bandwidth on the same threads over as many bytes as
+  // the timed runs cycle through (the input sets): beyond the last-level
+  // cache that is DRAM, within it the cache; capped at 1 GiB, far beyond any
+  // cache.  Before and after, like the peak.
+  const std::size_t probe_bytes = std::min<std::size_t>(set_bytes * sets, std::size_t{1} << 30);
+  auto measure_bandwidth = [&] { return fa::measure_read_bandwidth_gbps(isa, used_threads, probe_bytes, 0.2); };
+  const double bandwidth_before = o.probe ? measure_bandwidth() : 0.0;
 
   // Warm-up and timed runs of one configuration; run 0 always uses set 0,
   // whose output is written and checked.
@@ -347,6 +354,11 @@ int run(int argc, char** argv) {
   const std::vector<double> times_ms = time_runs(p);
   const double peak_after = o.probe ? measure_peak() : 0.0;
   const double peak_gflops = std::max(peak_before, peak_after);
+  const double bandwidth_after = o.probe ? measure_bandwidth() : 0.0;
+  const double bandwidth_peak = std::max(bandwidth_before, bandwidth_after);
+  // The bytes the call must move: Q, K, V, the mask and bias read once, O and
+  // the LSE written once.
+  const double traffic_bytes = double(q_bytes + 2 * kv_bytes + o_bytes + lse_bytes + mask_bytes + bias.bytes());
   const std::vector<double>& sorted = times_ms;
   const double median = median_of(sorted);
   const double tflops = median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0;
@@ -379,6 +391,13 @@ int run(int argc, char** argv) {
   const bool async_prefetch =
       fa::cli::kVersion != fa::Version::kFA1 && p.async_prefetch.value_or(fa::default_async_prefetch());
   const double utilization = peak_gflops > 0 ? 100.0 * tflops * 1e3 / peak_gflops : 0.0;
+  const double bandwidth = median > 0 ? traffic_bytes / (median * 1e-3) / 1e9 : 0.0;
+  const double bandwidth_percent = bandwidth_peak > 0 ? 100.0 * bandwidth / bandwidth_peak : 0.0;
+  // Memory-bound: moving the bytes at the measured bandwidth takes longer
+  // than the FLOPs at the measured peak (decoding, short query tiles).
+  const bool memory_bound = bandwidth_peak > 0 && (peak_gflops <= 0 || traffic_bytes / bandwidth_peak >= flops / peak_gflops);
+  const std::size_t llc = fa::cpu_last_level_cache_bytes();
+  const char* bandwidth_source = llc > 0 && probe_bytes <= llc ? "cache-resident" : "DRAM";
   const int tq = plan.tile_q, tkv = plan.tile_kv;
   char line[1024];
   if (o.json) {
@@ -405,6 +424,13 @@ int run(int argc, char** argv) {
                     ", \"peak_gflops\": %.3f, \"peak_before_gflops\": %.3f, \"peak_after_gflops\": %.3f, "
                     "\"peak_unit\": \"%s\", \"utilization_percent\": %.3f",
                     peak_gflops, peak_before, peak_after, unit_name(isa, matrix), utilization);
+      std::cout << line;
+      std::snprintf(line, sizeof line,
+                    ", \"bytes_moved\": %.6e, \"bandwidth_gbps\": %.3f, \"bandwidth_peak_gbps\": %.3f, "
+                    "\"bandwidth_before_gbps\": %.3f, \"bandwidth_after_gbps\": %.3f, \"bandwidth_percent\": %.3f, "
+                    "\"bandwidth_probe_bytes\": %zu, \"bandwidth_source\": \"%s\", \"memory_bound\": %s",
+                    traffic_bytes, bandwidth, bandwidth_peak, bandwidth_before, bandwidth_after, bandwidth_percent,
+                    probe_bytes, bandwidth_source, memory_bound ? "true" : "false");
       std::cout << line;
     }
     if (o.check) {
@@ -452,6 +478,14 @@ int run(int argc, char** argv) {
       std::snprintf(line, sizeof line,
                     "Utilization: %.1f%% of %s peak (%.1f GFLOP/s on %d threads; probes before/after: %.1f/%.1f)\n",
                     utilization, unit_name(isa, matrix), peak_gflops, used_threads, peak_before, peak_after);
+      std::cout << line;
+    }
+    if (o.probe && memory_bound) {
+      std::snprintf(line, sizeof line,
+                    "Bandwidth: %.2f GB/s (%.1f%% of the measured %.2f GB/s; %s streaming read of %.0f MiB on %d threads, "
+                    "probes before/after: %.2f/%.2f)\n",
+                    bandwidth, bandwidth_percent, bandwidth_peak, bandwidth_source, probe_bytes / 1048576.0, used_threads,
+                    bandwidth_before, bandwidth_after);
       std::cout << line;
     }
     if (o.check) {

@@ -2,6 +2,7 @@
 // between them: forced by the caller, by FA_ISA, or the fastest available.
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -209,6 +210,29 @@ double measure_fma_peak_gflops(Isa isa, int threads, double seconds) {
 double measure_matrix_peak_gflops(Isa isa, int threads, double seconds) {
   if (!isa_available(isa) || !detail::kernel_table(isa)->matrix_peak_one_thread) return 0.0;
   return measure_on_threads(detail::kernel_table(isa)->matrix_peak_one_thread, threads, seconds);
+}
+
+double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t bytes, double seconds) {
+  if (!isa_available(isa)) return 0.0;
+  const int n = threads > 0 ? threads : default_thread_count();
+  // Each thread's slice a multiple of 64 bytes, at least 64 KiB.
+  std::size_t slice = (bytes / std::size_t(n) + 63) / 64 * 64;
+  if (slice < (std::size_t{64} << 10)) slice = std::size_t{64} << 10;
+  void* buffer = std::aligned_alloc(64, slice * std::size_t(n));
+  if (!buffer) return 0.0;
+  auto read_rate = detail::kernel_table(isa)->read_rate_one_thread;
+  std::vector<double> rates(static_cast<std::size_t>(n), 0.0);
+  auto slice_of = [&](std::int64_t item) { return static_cast<char*>(buffer) + slice * std::size_t(item); };
+  // Each slice's pages first touched (and placed) by the thread that reads
+  // it; all written before any thread starts timing.
+  detail::ThreadPool::global().parallel_for(n, n, [&](std::int64_t item, int) { std::memset(slice_of(item), 0, slice); });
+  detail::ThreadPool::global().parallel_for(n, n, [&](std::int64_t item, int) {
+    rates[static_cast<std::size_t>(item)] = read_rate(slice_of(item), slice, seconds);
+  });
+  std::free(buffer);
+  double total = 0.0;
+  for (double r : rates) total += r;
+  return total / 1e9;
 }
 
 bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim) {

@@ -152,17 +152,29 @@ double simulate_occupancy(const AttentionParams& p, int tq, int tkv, std::int64_
 
 }  // namespace
 
-std::size_t cpu_l2_bytes() {
+namespace {
+
+// The size of cpu0's cache of `level` (sysfs), or with level 0 that of its
+// highest level; 0 when none is listed.
+std::size_t cpu_cache_bytes(int level) {
+  int best_level = 0;
+  std::size_t best = 0;
   for (int index = 0; index < 8; ++index) {
     const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
-    std::ifstream level(dir + "level"), size(dir + "size");
+    std::ifstream lv_file(dir + "level"), size(dir + "size");
     int lv = 0;
     std::string sz;
-    if (!(level >> lv) || !(size >> sz)) continue;
-    if (lv == 2) return parse_cache_size(sz);
+    if (!(lv_file >> lv) || !(size >> sz)) continue;
+    if (level > 0 && lv == level) return parse_cache_size(sz);
+    if (level == 0 && lv > best_level) best_level = lv, best = parse_cache_size(sz);
   }
-  return 0;
+  return best;
 }
+
+}  // namespace
+
+std::size_t cpu_l2_bytes() { return cpu_cache_bytes(2); }
+std::size_t cpu_last_level_cache_bytes() { return cpu_cache_bytes(0); }
 
 std::string tuning_cache_path() {
   if (const char* p = std::getenv("FA_TUNING_CACHE"); p && *p) return p;

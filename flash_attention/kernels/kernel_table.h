@@ -118,6 +118,9 @@ struct KernelTable {
   // The matrix unit's bf16 throughput on the calling thread, GFLOP/s; null
   // on paths without one.
   double (*matrix_peak_one_thread)(double seconds);
+  // Bytes per second the calling thread reads streaming `bytes` at `data`
+  // (64-byte aligned) over and over with this path's loads.
+  double (*read_rate_one_thread)(const void* data, std::size_t bytes, double seconds);
 };
 
 // nullptr when the path is not built.

@@ -69,4 +69,29 @@ inline void widen_array(DType dtype, const void* in, float* out, int n) {
   return 2.0 * Vec::W * kChains * rate / 1e9;
 }
 
+// Reads `bytes` (a multiple of 64, 64-byte aligned) at `data` again and again
+// for about `seconds` with this path's widest loads, as the kernels stream
+// K and V: the bytes per second this thread reads.  Eight independent sums,
+// so the loads, not the adds' latency, set the pace.
+[[gnu::noinline]] inline double read_rate_one_thread(const void* data, std::size_t bytes, double seconds) {
+  using T = typename Vec::T;
+  constexpr int kSums = 8;
+  const float* p = static_cast<const float*>(data);
+  const std::size_t n = bytes / sizeof(float) / (kSums * Vec::W) * (kSums * Vec::W);
+  if (n == 0) return 0.0;
+  T acc[kSums];
+  for (int k = 0; k < kSums; ++k) acc[k] = Vec::zero();
+  const double passes = calls_per_second(seconds, 1, [&] {
+    for (std::size_t i = 0; i < n; i += kSums * Vec::W) {
+      for (int k = 0; k < kSums; ++k) acc[k] = Vec::add(acc[k], Vec::load(p + i + k * Vec::W));
+    }
+  });
+  float sink[Vec::W];
+  T total = acc[0];
+  for (int k = 1; k < kSums; ++k) total = Vec::add(total, acc[k]);
+  Vec::store(sink, total);
+  __asm__ volatile("" : : "r"(sink) : "memory");
+  return passes * double(n * sizeof(float));
+}
+
 }  // namespace fa::FA_KERNEL_NS

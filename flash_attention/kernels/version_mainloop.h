@@ -38,7 +38,8 @@ inline constexpr detail::KernelTable kernel_table_of(Isa isa, const char* name, 
           &exp2_array,
           &widen_array,
           &fma_peak_one_thread,
-          matrix_peak};
+          matrix_peak,
+          &read_rate_one_thread};
 }
 
 }  // namespace fa::FA_KERNEL_NS

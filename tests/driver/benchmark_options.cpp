@@ -54,7 +54,7 @@ std::vector<FlagSpec> benchmark_flags() {
       {"num-splits", K::kString, "N|auto", "split-KV chunks: 1 = unsplit, N, or auto (default: auto with FA_SPLIT_ENABLE=ON, else 1)"},
       {"seed", K::kInt, "N", "seed of the random inputs used when no input files are given (default 1)"},
       {"isa", K::kString, "generic|avx2|avx512|avx512bf16|amx", "kernel path (default: FA_ISA, else the fastest this CPU runs)"},
-      {"no-probe", K::kBool, "", "skip the start-up measurement of the vector unit's peak (no Utilization line)"},
+      {"no-probe", K::kBool, "", "skip the start-up measurements of the unit's peak and the memory bandwidth (no Utilization or Bandwidth line)"},
       {"output", K::kString, "PATH", "write O as [batch, seq_q, heads*head_dim] in --dtype (FP8: --out-dtype)"},
       {"check", K::kBool, "", "compare O with the float64 reference; exit 1 when out of tolerance"},
       {"sweep", K::kBool, "", "time every tile of --sweep-tiles, print each and the best, store the best in the tuning cache"},

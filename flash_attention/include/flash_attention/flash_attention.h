@@ -317,6 +317,13 @@ FA_API double measure_fma_peak_gflops(Isa isa, int threads, double seconds);
 // avx512bf16 path; 0 for paths without one.
 FA_API double measure_matrix_peak_gflops(Isa isa, int threads, double seconds);
 
+// Streaming-read bandwidth in GB/s (1e9 bytes per second) of `threads`
+// threads reading, each its own slice of one buffer of `bytes`, over and
+// over for about `seconds` with `isa`'s loads: DRAM bandwidth when `bytes`
+// is well beyond the last-level cache, the cache's when it fits.  0 when
+// the buffer cannot be allocated or the path is not available.
+FA_API double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t bytes, double seconds);
+
 // True when a call of this dtype and head_dim on `isa` runs its products on
 // the bf16 unit measure_matrix_peak_gflops measures: the amx path for bf16,
 // and for fp16 split exactly into two bf16 pieces (three products each); the
@@ -387,6 +394,9 @@ FA_API Status fa2_plan(const AttentionParams& params, DType dtype, TilePlan* pla
 
 // Per-core L2 of this CPU (sysfs), or 0 when it cannot be read.
 FA_API std::size_t cpu_l2_bytes();
+// The last-level cache of this CPU (the highest level sysfs lists, shared by
+// its cores), or 0 when it cannot be read.
+FA_API std::size_t cpu_last_level_cache_bytes();
 
 // ---------------------------------------------------------- tuning cache ---
 
