@@ -61,6 +61,12 @@ std::vector<CaseSpec> build_matrix(DType dtype, bool quick) {
       cases.push_back(make_case(dtype, Layout::kBSH, mask, s, 64, 32, 2));
     }
   }
+  // Short queries packing every head of the batch (GQA 12/4, 3 rows: whole
+  // and partial register blocks, keys not a multiple of the key blocks), in
+  // a head-interleaved and a head-major layout.
+  for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
+    cases.push_back(make_case(dtype, layout, MaskMode::kCausal, Shape{2, 3, 301, 12, 4, 40}, 16, 32, 1));
+  }
   // Split-KV: decoding over a long cache, causal with seq_q != seq_kv (chunks
   // that see no key), an explicit mask, and the planner's automatic choice.
   cases.push_back(make_case(dtype, Layout::kBSH, MaskMode::kNone, Shape{1, 1, 1000, 2, 1, 64}, 16, 64, 2, 4));

@@ -250,6 +250,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
 
   int tq = p.tile_q != 0 ? p.tile_q : detail::kDefaultTileQ;
   int tkv = p.tile_kv != 0 ? p.tile_kv : detail::kDefaultTileKv;
+  bool kv_from_table = false;  // tkv resolved from the target's table (not the caller, build or tuning cache)
   std::string source = (p.tile_q != 0 || p.tile_kv != 0) ? "caller" : "build default";
   if (version == Version::kFA1) {  // fixed (version_supports refused any other request)
     tq = tkv = 64;
@@ -278,7 +279,10 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
     while (table_q > 64 && items(table_q) < 2 * want_threads) table_q /= 2;
     const bool cached = tuning_cache_lookup(version, p, dtype, isa, &cq, &ckv);
     if (tq == kTileAuto) tq = cached ? cq : table_q;
-    if (tkv == kTileAuto) tkv = cached ? ckv : table_kv;
+    if (tkv == kTileAuto) {
+      tkv = cached ? ckv : table_kv;
+      kv_from_table = !cached;
+    }
     source = cached ? "tuning cache" : "target table";
     // An automatic plan shrinks until it fits; a requested one is checked.
     while (working_set(tq, tkv) > limit && (tq > 16 || tkv > 16)) {
@@ -292,16 +296,44 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
   plan->target = isa_name(isa);
   plan->source = source;
   const std::int64_t q_tiles = (p.seq_q + tq - 1) / tq;
-  // GQA packing for short queries: one item per K/V head holds its group's
-  // query heads (the row path), so K/V are read once per group.
+  // Packing for short queries (the row path): one item holds whole GQA
+  // groups of query heads, so each K/V tile is read once per group, and as
+  // many K/V heads as it can, whose slices of a token row it reads together
+  // (whole rows in BSH, BSND and TND when it holds every head).  Every head
+  // of a batch when split-KV may supply the parallelism; else the most heads
+  // that still leave an item per thread; at most 1024 rows (the scratch
+  // holds them all).
   std::int64_t longest_q = p.seq_q;
   if (p.cu_seqlens_q && p.cu_seqlens_kv) {
     longest_q = 0;
     for (std::int64_t b = 0; b < p.batch; ++b) longest_q = std::max<std::int64_t>(longest_q, p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b]);
   }
-  plan->pack_gqa = version != Version::kFA1 && group > 1 && longest_q <= detail::kRowPathMaxRows && group * longest_q <= tq
-                       ? static_cast<int>(group)
-                       : 1;
+  plan->pack_gqa = 1;
+  if (version != Version::kFA1 && longest_q <= detail::kRowPathMaxRows) {
+    const bool varlen_call = p.cu_seqlens_q && p.cu_seqlens_kv;
+    const bool splits_may_run =
+        !varlen_call && (p.num_splits == kSplitsAuto || p.num_splits > 1 || (p.num_splits == 0 && detail::kSplitByDefault));
+    plan->pack_gqa = static_cast<int>(group);
+    for (std::int64_t units_per_batch = 1; units_per_batch <= p.num_heads / group; ++units_per_batch) {
+      const std::int64_t heads = p.num_heads / units_per_batch;
+      if (p.num_heads % units_per_batch != 0 || heads % group != 0 || heads * longest_q > 1024) continue;
+      if (!splits_may_run && p.batch * units_per_batch < want_threads) continue;
+      plan->pack_gqa = static_cast<int>(heads);
+      break;
+    }
+    // A packed item walks its K/V heads' tiles side by side while the next
+    // tile streams in: keep both tiles of every K/V head it holds within
+    // half the L2 (8 K/V heads of fp16 D=128 in one 128-key tile are 512
+    // KiB: the prefetched tile would evict the one in use).  Table tiles
+    // only; a caller's, the build's or the tuning cache's stand.
+    if (kv_from_table) {
+      const std::size_t kv_heads_per_item = std::max<std::size_t>(1, std::size_t(plan->pack_gqa / group));
+      const std::size_t key_bytes = kv_heads_per_item * std::size_t(p.head_dim) * dtype_size(dtype) * 2;  // K and V
+      while (tkv > 16 && 2 * std::size_t(tkv) * key_bytes > limit / 2) tkv /= 2;
+      plan->tile_kv = tkv;
+      plan->working_set_bytes = working_set(tq, tkv);
+    }
+  }
   const std::int64_t units = p.num_heads / plan->pack_gqa;
   // Q tiles per item: FA1's item is a whole (batch, head), FA3's a pair.
   const std::int64_t per_item = version == Version::kFA1 ? std::max<std::int64_t>(q_tiles, 1)

@@ -96,7 +96,10 @@ struct Fa2Loop {
   static constexpr Version kVersion = Version::kFA2;
   static constexpr bool kFp8 = false;
   static constexpr bool kAsync = true;
-  static std::size_t workspace_floats(const AttentionJob& job) { return q_tile_workspace_floats(job); }
+  static std::size_t workspace_floats(const AttentionJob& job) {
+    const std::size_t tile = q_tile_workspace_floats(job), rows = row_path_workspace_floats(job);
+    return tile > rows ? tile : rows;
+  }
   static std::size_t kv_pack_bytes(const AttentionJob& job) { return shared_kv_pack_bytes(job); }
   static std::int64_t items(const AttentionJob& job) { return grouped_items(job, 1); }
   template <DType DT, bool kPrefetch>

@@ -120,7 +120,10 @@ struct Fa3Loop {
   static constexpr bool kFp8 = true;
   static constexpr bool kAsync = true;
   static constexpr int kQTilesPerItem = 2;
-  static std::size_t workspace_floats(const AttentionJob& job) { return 2 * q_tile_workspace_floats(job); }
+  static std::size_t workspace_floats(const AttentionJob& job) {
+    const std::size_t pair = 2 * q_tile_workspace_floats(job), rows = row_path_workspace_floats(job);
+    return pair > rows ? pair : rows;
+  }
   static std::size_t kv_pack_bytes(const AttentionJob& job) { return shared_kv_pack_bytes(job); }
   static std::int64_t items(const AttentionJob& job) { return grouped_items(job, kQTilesPerItem); }
 

@@ -122,9 +122,11 @@ struct KvTile {
   std::int64_t ldk, ldv;
 };
 
+// The lines of the K/V tile after the one at j0: `heads` K/V heads side by
+// side from kbase / vbase (their rows' head_dim x heads elements contiguous).
 template <DType DT>
 inline KvLineStream next_kv_tile_lines(const AttentionJob& job, const char* kbase, const char* vbase, std::int64_t j0,
-                                       std::int64_t kv_end) {
+                                       std::int64_t kv_end, int heads = 1) {
   KvLineStream s;
   const std::int64_t j1 = j0 + job.tile_kv;
   if (j1 >= kv_end) return s;
@@ -134,7 +136,7 @@ inline KvLineStream next_kv_tile_lines(const AttentionJob& job, const char* kbas
   s.stride[0] = job.k_strides[2] * es;
   s.stride[1] = job.v_strides[2] * es;
   s.rows = static_cast<int>(kv_end - j1 < job.tile_kv ? kv_end - j1 : job.tile_kv);
-  s.lines_per_row = static_cast<int>((job.head_dim * es + 63) / 64);
+  s.lines_per_row = static_cast<int>((heads * job.head_dim * es + 63) / 64);
   s.part = 0;
   return s;
 }

@@ -35,63 +35,179 @@ inline typename Vec::T load_elems(const Elem<DT>* p) {
 #endif
 }
 
-// dot(a, b) over n elements (n a multiple of 8).
-template <DType DT>
-inline float dot(const float* a, const Elem<DT>* b, int n) {
-  typename Vec::T acc = Vec::zero();
-  int d = 0;
-  for (; d + Vec::W <= n; d += Vec::W) acc = Vec::fmadd(Vec::load(a + d), load_elems<DT>(b + d), acc);
-  float sum = Vec::reduce_add(acc);
-  for (; d < n; ++d) sum += a[d] * load_scalar<DT>(b, d);
-  return sum;
+// Query rows per register block of the row path's two products: each K or V
+// vector loaded (and widened) once serves this many rows.  Bounded by the
+// registers: rows x 4 accumulators + 4 loaded vectors + a broadcast (16 on
+// SSE2 and AVX2, 32 on AVX-512).
+inline constexpr int kRowBlock = Vec::W >= 16 ? 4 : 2;
+inline constexpr int kKeyBlock = 4;  // keys per score block: four independent sums per row
+inline constexpr int kPvKeys = 8;    // keys per P·V block (see row_accumulate)
+
+// s[r * lds + c] = dot(q_r, k_c) for NR rows (q: [NR][D]) and keys
+// [0, cols) of a K tile, kKeyBlock keys at a time so each row's sums are
+// independent chains and each K vector is loaded once for NR rows.  Each sum
+// runs over head_dim in order and is reduced the same way whatever NR: every
+// row's scores are the same bits however the rows are blocked.  `next`
+// streams the next K/V tile's lines, `per_block` lines a key block.
+template <DType DT, int NR>
+inline void row_scores(const float* q, int D, const Elem<DT>* k, std::int64_t ldk, int cols, float* s, std::int64_t lds,
+                       KvLineStream& next, int per_block) {
+  constexpr int W = Vec::W, KB = kKeyBlock;
+  static_assert(KB == 4, "one reduce_add4 per row and key block");
+  const int dv = D / W * W;
+  int c = 0;
+  for (; c + KB <= cols; c += KB) {
+    next.issue(per_block);
+    typename Vec::T acc[NR][KB];
+    for (int r = 0; r < NR; ++r) {
+      for (int j = 0; j < KB; ++j) acc[r][j] = Vec::zero();
+    }
+    for (int d = 0; d < dv; d += W) {
+      typename Vec::T kv[KB];
+      for (int j = 0; j < KB; ++j) kv[j] = load_elems<DT>(k + (c + j) * ldk + d);
+      for (int r = 0; r < NR; ++r) {
+        const typename Vec::T qv = Vec::load(q + r * D + d);
+        for (int j = 0; j < KB; ++j) acc[r][j] = Vec::fmadd(qv, kv[j], acc[r][j]);
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      float* out = s + r * lds + c;
+      Vec::reduce_add4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], out);
+      if (dv < D) {
+        for (int j = 0; j < KB; ++j) {
+          for (int d = dv; d < D; ++d) out[j] += q[r * D + d] * load_scalar<DT>(k + (c + j) * ldk, d);
+        }
+      }
+    }
+  }
+  for (; c < cols; ++c) {  // the last cols % KB keys, one at a time
+    next.issue(per_block);
+    for (int r = 0; r < NR; ++r) {
+      typename Vec::T acc = Vec::zero();
+      for (int d = 0; d < dv; d += W) acc = Vec::fmadd(Vec::load(q + r * D + d), load_elems<DT>(k + c * ldk + d), acc);
+      float sum = Vec::reduce_add(acc);
+      for (int d = dv; d < D; ++d) sum += q[r * D + d] * load_scalar<DT>(k + c * ldk, d);
+      s[r * lds + c] = sum;
+    }
+  }
 }
 
-// o[d] = o[d] * alpha + sum_c p[c] * v[c * ldv + d] for d < D, in register
-// chunks of up to 8 vectors.
-template <DType DT>
-inline void accumulate_row(float* o, float alpha, const float* p, const Elem<DT>* v, std::int64_t ldv, int cols, int D) {
-  constexpr int W = Vec::W, kChunk = 8 * Vec::W;
-  int d0 = 0;
-  for (; d0 + W <= D; d0 += kChunk) {
-    const int nv = (D - d0) / W < 8 ? (D - d0) / W : 8;
-    typename Vec::T acc[8];
-    const typename Vec::T va = Vec::set1(alpha);
-    for (int k = 0; k < nv; ++k) acc[k] = Vec::mul(Vec::load(o + d0 + k * W), va);
-    for (int c = 0; c < cols; ++c) {
-      if (p[c] == 0.0f) continue;
-      const typename Vec::T pc = Vec::set1(p[c]);
-      const Elem<DT>* vr = v + c * ldv + d0;
-      for (int k = 0; k < nv; ++k) acc[k] = Vec::fmadd(pc, load_elems<DT>(vr + k * W), acc[k]);
-    }
-    for (int k = 0; k < nv; ++k) Vec::store(o + d0 + k * W, acc[k]);
-    if (nv < 8) {
-      d0 += nv * W;
-      break;
+// NV vectors of head_dim from d0 of NR rows over keys [c0, c1): o = o *
+// alpha (on the tile's first keys only) + sum_c p_c v_c, keys in order.
+template <DType DT, int NR, int NV>
+inline void pv_chunk(float* o, int D, const float* alpha, bool first, const float* p, std::int64_t ldp, const Elem<DT>* v,
+                     std::int64_t ldv, int c0, int c1, int d0) {
+  constexpr int W = Vec::W;
+  typename Vec::T acc[NR][NV];
+  for (int r = 0; r < NR; ++r) {
+    const typename Vec::T va = Vec::set1(alpha[r]);
+    for (int k = 0; k < NV; ++k) {
+      acc[r][k] = Vec::load(o + r * D + d0 + k * W);
+      if (first) acc[r][k] = Vec::mul(acc[r][k], va);
     }
   }
-  for (int d = d0; d < D; ++d) {  // the last D % W elements
-    float acc = o[d] * alpha;
-    for (int c = 0; c < cols; ++c) acc += p[c] * load_scalar<DT>(v + c * ldv, d);
-    o[d] = acc;
+  for (int c = c0; c < c1; ++c) {
+    typename Vec::T vv[NV];
+    for (int k = 0; k < NV; ++k) vv[k] = load_elems<DT>(v + c * ldv + d0 + k * W);
+    for (int r = 0; r < NR; ++r) {
+      const typename Vec::T pc = Vec::set1(p[r * ldp + c]);
+      for (int k = 0; k < NV; ++k) acc[r][k] = Vec::fmadd(pc, vv[k], acc[r][k]);
+    }
   }
+  for (int r = 0; r < NR; ++r) {
+    for (int k = 0; k < NV; ++k) Vec::store(o + r * D + d0 + k * W, acc[r][k]);
+  }
+}
+
+// o_r[d] = o_r[d] * alpha[r] + sum_c p[r * ldp + c] * v[c * ldv + d] for NR
+// rows (o: [NR][D]).  Keys go in blocks of kPvKeys, and within a block
+// head_dim in register chunks of up to 4 vectors: each V vector is loaded
+// (and widened) once for NR rows, and a block's V rows stay in L1 across its
+// chunks (one pass over the tile per chunk would fetch every V row from L2
+// once per chunk; in BSH those rows lie a whole token row apart).  Each
+// element's sum runs over the keys in order, whatever NR: the same bits
+// however the rows are blocked.  `next` as in row_scores.
+template <DType DT, int NR>
+inline void row_accumulate(float* o, int D, const float* alpha, const float* p, std::int64_t ldp, const Elem<DT>* v,
+                           std::int64_t ldv, int cols, KvLineStream& next, int per_block) {
+  constexpr int W = Vec::W, kChunk = 4;
+  const int dv = D / W * W;
+  for (int c0 = 0; c0 < cols; c0 += kPvKeys) {
+    next.issue(per_block);
+    const int c1 = c0 + kPvKeys < cols ? c0 + kPvKeys : cols;
+    const bool first = c0 == 0;
+    int d0 = 0;
+    for (; d0 + kChunk * W <= dv; d0 += kChunk * W) pv_chunk<DT, NR, kChunk>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0);
+    switch ((dv - d0) / W) {
+      case 3: pv_chunk<DT, NR, 3>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0); break;
+      case 2: pv_chunk<DT, NR, 2>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0); break;
+      case 1: pv_chunk<DT, NR, 1>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0); break;
+      default: break;
+    }
+  }
+  for (int r = 0; r < NR; ++r) {  // the last D % W elements
+    for (int d = dv; d < D; ++d) {
+      float acc = o[r * D + d] * alpha[r];
+      for (int c = 0; c < cols; ++c) acc += p[r * ldp + c] * load_scalar<DT>(v + c * ldv, d);
+      o[r * D + d] = acc;
+    }
+  }
+}
+
+// Rows [0, total) in register blocks of kRowBlock, the last ones smaller:
+// body.template operator()<NR>(first row).  row_blocks: how many blocks.
+template <class Body>
+inline void for_row_blocks(int total, Body&& body) {
+  int r = 0;
+  for (; r + kRowBlock <= total; r += kRowBlock) body.template operator()<kRowBlock>(r);
+  if constexpr (kRowBlock > 2) {
+    if (total - r >= 2) {
+      body.template operator()<2>(r);
+      r += 2;
+    }
+  }
+  if (r < total) body.template operator()<1>(r);
+}
+inline int row_blocks(int total) {
+  const int rest = total % kRowBlock;
+  return total / kRowBlock + (kRowBlock > 2 && rest >= 2 ? 1 : 0) + (rest % 2);
+}
+
+// Rows the row path holds at once: a Q tile's, or a packed unit's (its
+// query heads x at most kRowPathMaxRows rows each), and the scratch that
+// takes (the loops size their workspace to cover it).
+inline int row_path_rows(const AttentionJob& job) {
+  const int packed = job.pack_group * (job.tile_q < kRowPathMaxRows ? job.tile_q : kRowPathMaxRows);
+  return packed > job.tile_q ? packed : job.tile_q;
+}
+inline std::size_t row_path_workspace_floats(const AttentionJob& job) {
+  return Workspace::floats(row_path_rows(job), job.tile_kv, static_cast<int>(job.head_dim));
 }
 
 // The row path (see kRowPathMaxRows): per K/V tile and query row, scores
 // by dot products over head_dim, the online softmax over keys in the lanes,
 // and P·V with head_dim in the lanes.  Same masking, chunking and outputs as
-// the tile path.  With GQA packing (job.pack_group = g > 1) the item holds
-// the same query rows of the g query heads that share one K/V head: row
-// rr is query i0 + rr % rows of head h + rr / rows, and every K/V tile is
-// read once for all of them instead of once per head.
+// the tile path.  With packing (job.pack_group = g > 1) the item holds the
+// same query rows of g query heads: row rr is query i0 + rr % rows of head
+// h + rr / rows.  g is whole GQA groups (each K/V tile read once for a
+// group), up to every head of the batch (short queries): then each K/V tile
+// is read for the item's K/V heads in turn, so a layout whose heads share a
+// token's row (BSH, BSND, TND) is read as whole contiguous rows, not one
+// head's slice at a stride of all of them.  `w_tile` starts the item's
+// scratch, which holds row_path_workspace_floats.
 template <DType DT, bool kPrefetch>
-void run_rows(const AttentionJob& job, const Workspace& w, const TileItem& it) {
+void run_rows(const AttentionJob& job, const Workspace& w_tile, const TileItem& it) {
   const int rows = it.rows;
   const std::int64_t i0 = it.i0, kv_begin = it.kv_begin, kv_end = it.kv_end, b = it.b, h = it.h, split = it.split;
   const char *qbase = it.qbase, *kbase = it.kbase, *vbase = it.vbase;
   const int D = static_cast<int>(job.head_dim);
   const int tkv = job.tile_kv;
   const std::size_t es = dtype_size(DT);
+  const Workspace w = Workspace::carve(w_tile.qt, row_path_rows(job), tkv, D);
   const int total_rows = rows * job.pack_group;
+  // The item's K/V heads, each with the rows of its group's query heads.
+  const int kv_heads = job.pack_group > job.kv_group ? static_cast<int>(job.pack_group / job.kv_group) : 1;
+  const int head_rows = total_rows / kv_heads;
   auto head_of = [&](int rr) { return h + rr / rows; };
   auto query_of = [&](int rr) { return i0 + rr % rows; };
   float* q = w.qt;  // [total_rows][D]; each score is scaled once, after its dot product
@@ -103,64 +219,102 @@ void run_rows(const AttentionJob& job, const Workspace& w, const TileItem& it) {
     w.m[rr] = initial_row_max(job, head_of(rr), split);
     w.l[rr] = initial_row_sum(job, split);
   }
+#if defined(FA_HAVE_SIMD_CONVERT)
+  // 16-bit K/V are read in place and widened in registers (see load_elems).
+  constexpr bool kFused = DT == DType::kF16 || DT == DType::kBF16;
+#else
+  constexpr bool kFused = false;
+#endif
+  float* s = w.st;  // [head_rows][tile_kv] scores, then probabilities
+  const std::int64_t lds = tkv;
+  // Fused: the next tile's lines stream into L2 during this tile's work
+  // (decoding reads every K/V byte once: without it each key row's load
+  // waits on DRAM).  When the item's K/V heads lie side by side in a token's
+  // row (BSH, BSND, TND holding several heads), one stream walks the next
+  // tile's rows in address order; else each head streams its own.
+  // Otherwise load_kv_tile widens the tile (and with kPrefetch fetches the
+  // next one).
+  const bool whole_rows = kv_heads > 1 && job.k_strides[1] == D && job.v_strides[1] == D;
   for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
-#if defined(FA_HAVE_SIMD_CONVERT)
-    // 16-bit K/V are read in place and widened in registers (see load_elems).
-    constexpr bool kFused = DT == DType::kF16 || DT == DType::kBF16;
-#else
-    constexpr bool kFused = false;
-#endif
-    const KvTile kv = kFused ? KvTile{} : load_kv_tile<DT, kPrefetch>(job, w, kbase, vbase, j0, cols, kv_end);
-    [[maybe_unused]] const std::uint16_t* k16 = reinterpret_cast<const std::uint16_t*>(kbase) + j0 * job.k_strides[2];
-    [[maybe_unused]] const std::uint16_t* v16 = reinterpret_cast<const std::uint16_t*>(vbase) + j0 * job.v_strides[2];
-    for (int rr = 0; rr < total_rows; ++rr) {
-      const std::int64_t i = query_of(rr), head = head_of(rr);
-      float* srow = w.st;  // [cols] scores, then probabilities
-      const float* qr = q + rr * D;
-      const float scale = score_scale(job, head);
-#if defined(FA_HAVE_SIMD_CONVERT)
-      if constexpr (kFused) {
-        for (int c = 0; c < cols; ++c) srow[c] = dot<DT>(qr, k16 + c * job.k_strides[2], D) * scale;
-      } else
-#endif
-      {
-        for (int c = 0; c < cols; ++c) srow[c] = dot<DType::kF32>(qr, kv.k + c * kv.ldk, D) * scale;
+    // The stream's lines go out a share per key block of both products, over
+    // every row block: as evenly as the tile's work allows, since a burst of
+    // prefetches beyond the core's miss buffers stalls the work behind it.
+    const int steps = row_blocks(head_rows) * ((cols + kKeyBlock - 1) / kKeyBlock + (cols + kPvKeys - 1) / kPvKeys);
+    KvLineStream next;
+    int per_block = 0;
+    if (kFused && whole_rows) {
+      next = next_kv_tile_lines<DT>(job, kbase, vbase, j0, kv_end, kv_heads);
+      per_block = next.per_step(kv_heads * steps, 1);
+    }
+    for (int g = 0; g < kv_heads; ++g) {
+      const char* kb = kbase + g * job.k_strides[1] * static_cast<std::int64_t>(es);
+      const char* vb = vbase + g * job.v_strides[1] * static_cast<std::int64_t>(es);
+      const int first = g * head_rows;
+      if (kFused && !whole_rows) {
+        next = next_kv_tile_lines<DT>(job, kb, vb, j0, kv_end);
+        per_block = next.per_step(steps, 1);
       }
-      if (has_score_modifiers(job)) modify_scores(job, head, i, 1, j0, cols, srow, 1, 0);
-      if (job.window.active) mask_window(job, i, j0, cols, srow, 1);
-      if (job.mask) {
-        const std::int8_t* mrow = job.mask + i * job.seq_kv + j0;
-        for (int c = 0; c < cols; ++c) {
-          if (mrow[c] == 0) srow[c] = kNegInf;
+      const KvTile kv = kFused ? KvTile{} : load_kv_tile<DT, kPrefetch>(job, w, kb, vb, j0, cols, kv_end);
+      [[maybe_unused]] const auto* k16 = reinterpret_cast<const std::uint16_t*>(kb) + j0 * job.k_strides[2];
+      [[maybe_unused]] const auto* v16 = reinterpret_cast<const std::uint16_t*>(vb) + j0 * job.v_strides[2];
+      // Q·Kᵀ: the K/V head's rows against the tile's keys.
+      for_row_blocks(head_rows, [&]<int NR>(int r0) {
+#if defined(FA_HAVE_SIMD_CONVERT)
+        if constexpr (kFused) {
+          row_scores<DT, NR>(q + (first + r0) * D, D, k16, job.k_strides[2], cols, s + r0 * lds, lds, next, per_block);
+          return;
+        }
+#endif
+        row_scores<DType::kF32, NR>(q + (first + r0) * D, D, kv.k, kv.ldk, cols, s + r0 * lds, lds, next, per_block);
+      });
+      // The online softmax of each row (keys in the lanes).
+      for (int r = 0; r < head_rows; ++r) {
+        const int rr = first + r;
+        const std::int64_t i = query_of(rr), head = head_of(rr);
+        float* srow = s + r * lds;
+        const float scale = score_scale(job, head);
+        for (int c = 0; c < cols; ++c) srow[c] *= scale;
+        if (has_score_modifiers(job)) modify_scores(job, head, i, 1, j0, cols, srow, 1, 0);
+        if (job.window.active) mask_window(job, i, j0, cols, srow, 1);
+        if (job.mask) {
+          const std::int8_t* mrow = job.mask + i * job.seq_kv + j0;
+          for (int c = 0; c < cols; ++c) {
+            if (mrow[c] == 0) srow[c] = kNegInf;
+          }
+        }
+        float block_max = kNegInf;
+        for (int c = 0; c < cols; ++c) block_max = srow[c] > block_max ? srow[c] : block_max;
+        const float m_old = w.m[rr];
+        const float m_new = block_max > m_old ? block_max : m_old;
+        const float m_sub = m_new == kNegInf ? 0.0f : m_new;  // as in online_softmax_tile
+        float sum;
+#if defined(FA_HAVE_AVX512FP16)
+        if constexpr (kHalfSoftmax<DT>) sum = exp2_row_half(srow, cols, m_sub); else
+#endif
+        sum = exp2_row(srow, cols, m_sub);
+        float alpha = m_old - m_sub;
+        exp2_row(&alpha, 1, 0.0f);
+        w.l[rr] = w.l[rr] * alpha + sum;
+        w.m[rr] = m_new;
+        w.alpha[rr] = alpha;
+        if (job.dropout.active) {  // after the row sum took the undropped P
+          const std::int64_t bh = b * job.heads + head;
+          for (int c = 0; c < cols; ++c) srow[c] *= detail::dropout_factor(job.dropout, bh, i, j0 + c);
         }
       }
-      float block_max = kNegInf;
-      for (int c = 0; c < cols; ++c) block_max = srow[c] > block_max ? srow[c] : block_max;
-      const float m_old = w.m[rr];
-      const float m_new = block_max > m_old ? block_max : m_old;
-      const float m_sub = m_new == kNegInf ? 0.0f : m_new;  // as in online_softmax_tile
-      float sum;
-#if defined(FA_HAVE_AVX512FP16)
-      if constexpr (kHalfSoftmax<DT>) sum = exp2_row_half(srow, cols, m_sub); else
-#endif
-      sum = exp2_row(srow, cols, m_sub);
-      float alpha = m_old - m_sub;
-      exp2_row(&alpha, 1, 0.0f);
-      w.l[rr] = w.l[rr] * alpha + sum;
-      w.m[rr] = m_new;
-      if (job.dropout.active) {  // after the row sum took the undropped P
-        const std::int64_t bh = b * job.heads + head;
-        for (int c = 0; c < cols; ++c) srow[c] *= detail::dropout_factor(job.dropout, bh, i, j0 + c);
-      }
+      // P·V, each row's O rescaled by its alpha.
+      for_row_blocks(head_rows, [&]<int NR>(int r0) {
+        float* orows = o + (first + r0) * D;
+        const float* alpha = w.alpha + first + r0;
 #if defined(FA_HAVE_SIMD_CONVERT)
-      if constexpr (kFused) {
-        accumulate_row<DT>(o + rr * D, alpha, srow, v16, job.v_strides[2], cols, D);
-      } else
+        if constexpr (kFused) {
+          row_accumulate<DT, NR>(orows, D, alpha, s + r0 * lds, lds, v16, job.v_strides[2], cols, next, per_block);
+          return;
+        }
 #endif
-      {
-        accumulate_row<DType::kF32>(o + rr * D, alpha, srow, kv.v, kv.ldv, cols, D);
-      }
+        row_accumulate<DType::kF32, NR>(orows, D, alpha, s + r0 * lds, lds, kv.v, kv.ldv, cols, next, per_block);
+      });
     }
   }
   const std::int64_t BH = job.batch * job.heads;

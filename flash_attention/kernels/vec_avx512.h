@@ -33,6 +33,15 @@ struct Vec {
   }
   static float reduce_add(T v) { return _mm512_reduce_add_ps(v); }
   static float reduce_max(T v) { return _mm512_reduce_max_ps(v); }
+  // out[0..3] = the sums of a, b, c and d (halves added, then one
+  // transposing reduction).
+  static void reduce_add4(T a, T b, T c, T d, float* out) {
+    auto half = [](T v) {
+      return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    };
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(half(a), half(b)), _mm256_hadd_ps(half(c), half(d)));
+    _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+  }
   static T load_f16(const std::uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }

@@ -35,6 +35,11 @@ struct Vec {
     v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
     return _mm_cvtss_f32(v);
   }
+  // out[0..3] = the sums of a, b, c and d (one transposing reduction).
+  static void reduce_add4(T a, T b, T c, T d, float* out) {
+    _MM_TRANSPOSE4_PS(a, b, c, d);
+    _mm_storeu_ps(out, _mm_add_ps(_mm_add_ps(a, b), _mm_add_ps(c, d)));
+  }
   static float reduce_max(T v) {
     v = _mm_max_ps(v, _mm_movehl_ps(v, v));
     v = _mm_max_ss(v, _mm_shuffle_ps(v, v, 1));

@@ -300,16 +300,16 @@ struct ForwardRun {
 };
 
 ForwardRun run_forward(fa::AttentionParams p, fa::Isa isa, DType dtype, std::vector<float> q, std::vector<float> k,
-                std::vector<float> v) {
+                std::vector<float> v, Layout layout = Layout::kBSH) {
   const std::size_t es = fa::dtype_size(dtype);
   fa::cli::HostBuffer qb(q.size() * es), kb(k.size() * es), vb(v.size() * es), ob(q.size() * es);
   for (std::size_t i = 0; i < q.size(); ++i) fa::detail::store_from_f32(qb.data(), dtype, i, q[i]);
   for (std::size_t i = 0; i < k.size(); ++i) fa::detail::store_from_f32(kb.data(), dtype, i, k[i]);
   for (std::size_t i = 0; i < v.size(); ++i) fa::detail::store_from_f32(vb.data(), dtype, i, v[i]);
   fa::AttentionTensors t;
-  t.q = fa::make_view(qb.data(), dtype, Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
-  t.k = fa::make_view(kb.data(), dtype, Layout::kBSH, p.batch, p.kv_heads(), p.seq_kv, p.head_dim);
-  t.v = fa::make_view(vb.data(), dtype, Layout::kBSH, p.batch, p.kv_heads(), p.seq_kv, p.head_dim);
+  t.q = fa::make_view(qb.data(), dtype, layout, p.batch, p.num_heads, p.seq_q, p.head_dim);
+  t.k = fa::make_view(kb.data(), dtype, layout, p.batch, p.kv_heads(), p.seq_kv, p.head_dim);
+  t.v = fa::make_view(vb.data(), dtype, layout, p.batch, p.kv_heads(), p.seq_kv, p.head_dim);
   t.o = fa::make_view(ob.data(), dtype, Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
   p.isa = isa;
   if (kFa1) p.tile_q = p.tile_kv = 0;  // its fixed 64 x 64
@@ -586,6 +586,40 @@ TEST_P(EdgeCases, ResultDoesNotDependOnThreadCount) {
   EXPECT_EQ(0, std::memcmp(one.out.data(), five.out.data(), one.out.size() * sizeof(float)));
 }
 
+// Short queries pack query heads into one item (every head of the batch
+// with one thread, fewer with more threads when split-KV is off): however
+// many heads an item holds, each row's sums run in the same order, so the
+// bits are the same.  GQA 12/4 with 3 query rows (9 rows per K/V head:
+// whole and partial register blocks), keys not a multiple of the blocks.
+TEST_P(EdgeCases, PackedShortQueriesDoNotDependOnThePacking) {
+  if (kFa1) GTEST_SKIP() << "FA1 does not pack heads";
+  for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
+    fa::AttentionParams p;
+    p.batch = 1;
+    p.seq_q = 3;
+    p.seq_kv = 301;
+    p.num_heads = 12;
+    p.num_kv_heads = 4;
+    p.head_dim = 40;
+    p.causal = true;
+    p.num_splits = 1;
+    p.isa = isa();
+    const std::size_t nq = p.seq_q * p.num_heads * p.head_dim, nkv = p.seq_kv * p.num_kv_heads * p.head_dim;
+    const auto q = normal(nq, 17, 1), k = normal(nkv, 18, 1), v = normal(nkv, 19, 1);
+    std::vector<std::vector<float>> outs;
+    for (int threads : {1, 2, 4}) {  // 12, then 6, then 3 query heads an item (whole GQA groups)
+      p.threads = threads;
+      fa::TilePlan plan;
+      ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok());
+      EXPECT_EQ(plan.pack_gqa, 12 / threads) << "threads " << threads;
+      outs.push_back(run_forward(p, isa(), dtype(), q, k, v, layout).out);
+    }
+    for (std::size_t i = 1; i < outs.size(); ++i) {
+      EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * sizeof(float))) << fa::layout_name(layout);
+    }
+  }
+}
+
 // Split or not, every mask mode gives the same output within the dtype's
 // rounding (the combine is exact up to fp32 rounding), and the same LSE.
 TEST_P(EdgeCases, SplitMatchesUnsplitForEveryMaskMode) {
@@ -682,8 +716,22 @@ TEST_P(EdgeCases, SplitPlanIsWholeTilesAndCoversTheKeys) {
   EXPECT_EQ(plan.split_keys % plan.tile_kv, 0);
   EXPECT_GE(plan.split_keys * plan.num_splits, p.seq_kv);
   EXPECT_LT(plan.split_keys * (plan.num_splits - 1), p.seq_kv);
-  p.num_heads = 64;  // enough items for every thread: auto does not split
+  // Decoding packs every head of the batch into one item (each token row's
+  // K/V read whole) and splits for the threads...
+  p.num_heads = 64;
   ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok());
+  EXPECT_EQ(plan.pack_gqa, 64);
+  EXPECT_GT(plan.num_splits, 1);
+  // ...but without split-KV packs only as many heads as leave each thread an item.
+  p.num_splits = 1;
+  ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok());
+  EXPECT_EQ(plan.pack_gqa, 16);
+  EXPECT_EQ(plan.num_splits, 1);
+  // Longer queries: one item per head, enough for every thread: auto does not split.
+  p.seq_q = 64;
+  p.num_splits = fa::kSplitsAuto;
+  ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok());
+  EXPECT_EQ(plan.pack_gqa, 1);
   EXPECT_EQ(plan.num_splits, 1);
 }
 

@@ -377,9 +377,10 @@ struct TilePlan {
   double occupancy = 0.0;
   int num_splits = 1;                 // K/V chunks per (batch, head, Q tile)
   std::int64_t split_keys = 0;        // keys per chunk (a multiple of tile_kv)
-  // GQA packing: query heads sharing a K/V head handled by one work item
-  // (1 = none).  Used for short queries (decoding), so each K/V tile is read
-  // once per group instead of once per query head.
+  // Query heads one work item holds (1 = none).  Short queries (decoding,
+  // at most 4 rows) pack every head of a batch, so each K/V tile is read
+  // once per GQA group instead of once per query head, and all K/V heads of
+  // a token row together; beyond 1024 rows an item, one GQA group.
   int pack_gqa = 1;
 };
 
