@@ -309,10 +309,15 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
     for (std::int64_t b = 0; b < p.batch; ++b) longest_q = std::max<std::int64_t>(longest_q, p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b]);
   }
   plan->pack_gqa = 1;
-  if (version != Version::kFA1 && longest_q <= detail::kRowPathMaxRows) {
+  // Short queries (decoding) are memory-bound: the build default splits them
+  // whenever the items would leave threads idle, FA_SPLIT_ENABLE or not
+  // (it sets the default of longer queries).
+  const bool short_queries = version != Version::kFA1 && longest_q <= detail::kRowPathMaxRows;
+  const int build_splits = detail::kSplitByDefault || short_queries ? kSplitsAuto : 1;
+  if (short_queries) {
     const bool varlen_call = p.cu_seqlens_q && p.cu_seqlens_kv;
     const bool splits_may_run =
-        !varlen_call && (p.num_splits == kSplitsAuto || p.num_splits > 1 || (p.num_splits == 0 && detail::kSplitByDefault));
+        !varlen_call && (p.num_splits == kSplitsAuto || p.num_splits > 1 || (p.num_splits == 0 && build_splits != 1));
     plan->pack_gqa = static_cast<int>(group);
     for (std::int64_t units_per_batch = 1; units_per_batch <= p.num_heads / group; ++units_per_batch) {
       const std::int64_t heads = p.num_heads / units_per_batch;
@@ -354,7 +359,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
   // Auto splits only when the unsplit items would leave threads idle (the
   // decoding case), aiming at two items per thread.
   const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
-  int want = p.num_splits != 0 ? p.num_splits : (detail::kSplitByDefault ? kSplitsAuto : 1);
+  int want = p.num_splits != 0 ? p.num_splits : build_splits;
   if (varlen || version == Version::kFA1) want = 1;  // sequences (FA1: heads) are the parallelism
   if (want == kSplitsAuto) {
     want = 1;

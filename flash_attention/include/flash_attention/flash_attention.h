@@ -229,7 +229,7 @@ struct FA_API AttentionParams {
   // keys, whole K/V tiles) computed in parallel, each giving a partial output
   // and log-sum-exp, combined exactly.  1 = unsplit, N = at most N chunks,
   // kSplitsAuto = the planner decides, 0 = the build's default (auto with
-  // FA_SPLIT_ENABLE=ON, else 1).
+  // FA_SPLIT_ENABLE=ON, and for short queries of at most 4 rows, else 1).
   int num_splits = 0;
   // Kernel path; unset means the FA_ISA environment variable when set, else
   // the fastest path this build and CPU have.
