@@ -57,4 +57,24 @@ TEST(IsaChoice, AutomaticChoiceOnThisCpu) {
   EXPECT_EQ(fa::isa_name(chosen), fa::isa_name(expected));
 }
 
+// The bandwidth probe the benchmark's Bandwidth line divides by: a positive
+// rate on every path this CPU runs, 0 (not a crash) on one it cannot.  No
+// figure is checked: unit tests never time.
+TEST(Probes, ReadBandwidthOnEveryPath) {
+  for (fa::Isa isa : {fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAvx512Bf16, fa::Isa::kAmx}) {
+    const double gbps = fa::measure_read_bandwidth_gbps(isa, 2, std::size_t{1} << 20, 0.005);
+    if (fa::isa_available(isa)) {
+      EXPECT_GT(gbps, 0.0) << fa::isa_name(isa);
+    } else {
+      EXPECT_EQ(gbps, 0.0) << fa::isa_name(isa);
+    }
+  }
+}
+
+TEST(Probes, CacheSizesAreOrdered) {
+  const std::size_t l2 = fa::cpu_l2_bytes(), llc = fa::cpu_last_level_cache_bytes();
+  if (l2 == 0 || llc == 0) GTEST_SKIP() << "sysfs lists no cache sizes here";
+  EXPECT_GE(llc, l2);
+}
+
 }  // namespace
