@@ -14,6 +14,8 @@
 #include <iostream>
 #include <limits>
 #include <new>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -217,6 +219,20 @@ int run(int argc, char** argv) {
   // The tensors alone first: a shape that cannot fit is refused before the
   // planner walks its items.
   fa::cli::check_fits_in_memory(q_bytes + o_bytes + 2 * kv_bytes + lse_bytes, "this shape");
+  // --paged: a block table over a pool of every sequence's blocks, in a
+  // random order (the pool itself is filled from the inputs below).
+  std::vector<std::int32_t> block_table;
+  if (o.paged) {
+    const std::int64_t per_seq = (Skv + o.block_size - 1) / o.block_size, blocks = B * per_seq;
+    block_table.resize(static_cast<std::size_t>(blocks));
+    std::iota(block_table.begin(), block_table.end(), 0);
+    std::mt19937_64 shuffle_rng(o.seed * 0x9E3779B97F4A7C15ull + 1);
+    std::shuffle(block_table.begin(), block_table.end(), shuffle_rng);
+    p.block_table = block_table.data();
+    p.max_blocks_per_seq = per_seq;
+    p.block_size = o.block_size;
+    p.kv_num_blocks = blocks;
+  }
   // The tile plan, checked against the CPU's resources before anything is
   // allocated (a plan that does not fit is the guide's first trap).
   fa::TilePlan plan;
@@ -292,6 +308,30 @@ int run(int argc, char** argv) {
       list->push_back(std::move(copy));
     }
   }
+  // --paged: each set's K and V moved into their pools, token j of sequence b
+  // at row block_table[b][j / block_size] * block_size + j % block_size.
+  const std::int64_t pool_tokens = p.block_table ? p.kv_num_blocks * p.block_size : 0;
+  if (p.block_table) {
+    for (auto* list : {&ks, &vs}) {
+      for (fa::cli::HostBuffer& contiguous : *list) {
+        fa::cli::HostBuffer pool(static_cast<std::size_t>(pool_tokens * Hkv * D) * es);
+        std::memset(pool.data(), 0, pool.bytes());
+        const fa::TensorView from = fa::make_view(contiguous.data(), o.dtype, o.layout, B, Hkv, Skv, D);
+        const fa::TensorView to = fa::make_view(pool.data(), o.dtype, o.layout, 1, Hkv, pool_tokens, D);
+        for (std::int64_t b = 0; b < B; ++b) {
+          for (std::int64_t j = 0; j < Skv; ++j) {
+            const std::int64_t token = std::int64_t(block_table[b * p.max_blocks_per_seq + j / p.block_size]) * p.block_size +
+                                       j % p.block_size;
+            for (std::int64_t h = 0; h < Hkv; ++h) {
+              std::memcpy(static_cast<char*>(pool.data()) + to.offset(0, h, token, 0) * es,
+                          static_cast<const char*>(contiguous.data()) + from.offset(b, h, j, 0) * es, D * es);
+            }
+          }
+        }
+        contiguous = std::move(pool);
+      }
+    }
+  }
   // Output buffers written once before timing, as a framework's caching
   // allocator hands them out: otherwise the timed runs that first use a set
   // would time the page faults of its fresh pages (measured: a sixth of the
@@ -305,8 +345,10 @@ int run(int argc, char** argv) {
   auto tensors_for = [&](int s) {
     fa::AttentionTensors t;
     t.q = fa::make_view(qs[s].data(), o.dtype, o.layout, B, H, Sq, D);
-    t.k = fa::make_view(ks[s].data(), o.dtype, o.layout, B, Hkv, Skv, D);
-    t.v = fa::make_view(vs[s].data(), o.dtype, o.layout, B, Hkv, Skv, D);
+    t.k = p.block_table ? fa::make_view(ks[s].data(), o.dtype, o.layout, 1, Hkv, pool_tokens, D)
+                        : fa::make_view(ks[s].data(), o.dtype, o.layout, B, Hkv, Skv, D);
+    t.v = p.block_table ? fa::make_view(vs[s].data(), o.dtype, o.layout, 1, Hkv, pool_tokens, D)
+                        : fa::make_view(vs[s].data(), o.dtype, o.layout, B, Hkv, Skv, D);
     t.o = fa::make_view(os[s].data(), o.out_dtype, fa::Layout::kBSH, B, H, Sq, D);  // --output is always BSH
     t.lse = lse.data();
     return t;
@@ -406,13 +448,13 @@ int run(int argc, char** argv) {
                   "\"num_kv_heads\": %lld, \"head_dim\": %lld, \"dtype\": \"%s\", \"out_dtype\": \"%s\", \"layout\": \"%s\", "
                   "\"causal\": %s, \"mask\": %s, \"tile_q\": %d, \"tile_kv\": %d, \"tile_source\": \"%s\", "
                   "\"l2_working_set_bytes\": %zu, \"l2_limit_bytes\": %zu, \"threads\": %d, \"core_occupancy_percent\": %.1f, \"num_splits\": %d, "
-                  "\"async_prefetch\": %s, \"kernel\": \"%s\", ",
+                  "\"async_prefetch\": %s, \"kernel\": \"%s\", \"block_size\": %lld, ",
                   fa::cli::kVersionTag, (long long)p.batch, (long long)Sq, (long long)Skv, (long long)H, (long long)Hkv,
                   (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(), std::string(fa::dtype_name(o.out_dtype)).c_str(),
                   std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
                   p.mask ? "true" : "false", tq, tkv, plan.source.c_str(), plan.working_set_bytes, plan.limit_bytes,
                   used_threads, 100.0 * plan.occupancy, plan.num_splits, async_prefetch ? "true" : "false",
-                  kernel_id(isa, matrix).c_str());
+                  kernel_id(isa, matrix).c_str(), static_cast<long long>(p.block_table ? p.block_size : 0));
     std::cout << line;
     std::snprintf(line, sizeof line,
                   "\"latency_ms\": %.6f, \"latency_min_ms\": %.6f, \"latency_max_ms\": %.6f, \"runs\": %d, "
@@ -451,7 +493,9 @@ int run(int argc, char** argv) {
     std::cout << "Config: batch=" << p.batch << " seq_q=" << Sq << " seq_kv=" << Skv << " heads=" << H
               << " kv_heads=" << Hkv << " head_dim=" << D << " dtype=" << fa::dtype_name(o.dtype)
               << (fa::is_fp8(o.dtype) ? " out_dtype=" + std::string(fa::dtype_name(o.out_dtype)) : std::string())
-              << " layout=" << fa::layout_name(o.layout) << " mask=" << mask_note
+              << " layout=" << fa::layout_name(o.layout)
+              << (p.block_table ? " kv_cache=paged(block_size=" + std::to_string(p.block_size) + ")" : std::string())
+              << " mask=" << mask_note
               << " scale=" << p.softmax_scale() << "\n";
     std::snprintf(line, sizeof line, "Tile: Q=%d KV=%d (%s; L2 working set %.0f of %.0f KiB)  Threads: %d  Input sets: %d\n",
                   tq, tkv, plan.source.c_str(), plan.working_set_bytes / 1024.0, plan.limit_bytes / 1024.0, used_threads, sets);

@@ -237,6 +237,12 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
     job.v_strides[a] = t.v.strides[a];
     job.o_strides[a] = t.o.strides[a];
   }
+  if (p.block_table) {  // every batch reads the one pool through its row of the table
+    job.block_table = p.block_table;
+    job.blocks_per_seq = p.max_blocks_per_seq;
+    job.block_shift = __builtin_ctzll(static_cast<unsigned long long>(p.block_size));
+    job.k_strides[0] = job.v_strides[0] = 0;
+  }
   job.scale_log2 = p.softmax_scale() * 1.4426950408889634f;
   job.window = key_window(p);
   job.sinks = p.sinks;

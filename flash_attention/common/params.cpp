@@ -326,6 +326,33 @@ Status validate_params(const AttentionParams& p) {
                            ", kSplitsAuto or 0 for the default (got " + std::to_string(p.num_splits) + ")");
   }
   const bool varlen = p.cu_seqlens_q || p.cu_seqlens_kv;
+  if (p.block_table) {
+    if (varlen) return Status::Invalid("a paged KV cache (block_table) does not combine with cu_seqlens");
+    const std::int64_t bs = p.block_size;
+    if (bs < 16 || bs > 512 || (bs & (bs - 1)) != 0) {
+      return Status::Invalid("block_size must be a power of two from 16 to 512 (got " + std::to_string(bs) + ")");
+    }
+    if (p.kv_num_blocks <= 0 || p.kv_num_blocks > (std::int64_t{1} << 40) / bs) {
+      return Status::Invalid("kv_num_blocks must be a positive integer whose tokens fit in 2^40 (got " +
+                             std::to_string(p.kv_num_blocks) + ")");
+    }
+    const std::int64_t needed = (p.seq_kv + bs - 1) / bs;
+    if (p.max_blocks_per_seq < needed) {
+      return Status::Invalid("block_table: seq_kv = " + std::to_string(p.seq_kv) + " keys need " + std::to_string(needed) +
+                             " blocks of " + std::to_string(bs) + " per sequence, but max_blocks_per_seq is " +
+                             std::to_string(p.max_blocks_per_seq));
+    }
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      for (std::int64_t n = 0; n < needed; ++n) {
+        const std::int32_t block = p.block_table[b * p.max_blocks_per_seq + n];
+        if (block < 0 || block >= p.kv_num_blocks) {
+          return Status::Invalid("block_table[" + std::to_string(b) + "][" + std::to_string(n) + "] = " +
+                                 std::to_string(block) + " is outside the pool of " + std::to_string(p.kv_num_blocks) +
+                                 " blocks (expected 0 ... " + std::to_string(p.kv_num_blocks - 1) + ")");
+        }
+      }
+    }
+  }
   if (varlen) {
     if (!p.cu_seqlens_q || !p.cu_seqlens_kv) {
       return Status::Invalid("cu_seqlens_q and cu_seqlens_kv must be given together");
@@ -360,8 +387,11 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
   const std::int64_t view_batch = varlen ? 1 : p.batch;
   const DType dt = t.q.dtype;
   if (Status s = check_view("Q", t.q, view_batch, p.num_heads, p.seq_q, p.head_dim, dt); !s.ok()) return s;
-  if (Status s = check_view("K", t.k, view_batch, p.kv_heads(), p.seq_kv, p.head_dim, dt); !s.ok()) return s;
-  if (Status s = check_view("V", t.v, view_batch, p.kv_heads(), p.seq_kv, p.head_dim, dt); !s.ok()) return s;
+  // A paged cache's K and V are its pools: one sequence of all blocks' tokens.
+  const std::int64_t kv_batch = p.block_table ? 1 : view_batch;
+  const std::int64_t kv_seq = p.block_table ? p.kv_num_blocks * p.block_size : p.seq_kv;
+  if (Status s = check_view("K", t.k, kv_batch, p.kv_heads(), kv_seq, p.head_dim, dt); !s.ok()) return s;
+  if (Status s = check_view("V", t.v, kv_batch, p.kv_heads(), kv_seq, p.head_dim, dt); !s.ok()) return s;
   // FP8 inputs write a wider output; every other dtype writes its own.
   if (is_fp8(dt) && is_fp8(t.o.dtype)) {
     return Status::Invalid("O: dtype " + std::string(dtype_name(t.o.dtype)) + " is not an output dtype for " +

@@ -2,6 +2,7 @@
 // at a time, with a full score row in memory.  Slow and simple on purpose: it
 // is what every kernel is checked against.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -42,6 +43,41 @@ Status check_host_call(const AttentionParams& p, const AttentionTensors& t, doub
   return Status::Ok();
 }
 
+// A paged call as an ordinary one: each sequence's keys gathered from the
+// pools through the block table into contiguous [batch, kv_heads, seq_kv,
+// head_dim] K and V (held by `storage`), and the params without the table.
+struct Unpaged {
+  AttentionParams params;
+  AttentionTensors tensors;
+  std::vector<char> storage;
+};
+Unpaged unpage(const AttentionParams& p, const AttentionTensors& t) {
+  Unpaged u{p, t, {}};
+  const std::int64_t B = p.batch, Hkv = p.kv_heads(), S = p.seq_kv, D = p.head_dim, bs = p.block_size;
+  const std::size_t es = dtype_size(t.k.dtype), one = static_cast<std::size_t>(B * Hkv * S * D) * es;
+  u.storage.resize(2 * one);
+  char* dst[2] = {u.storage.data(), u.storage.data() + one};
+  const TensorView* src[2] = {&t.k, &t.v};
+  for (int kv = 0; kv < 2; ++kv) {
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int64_t h = 0; h < Hkv; ++h) {
+        for (std::int64_t j = 0; j < S; ++j) {
+          const std::int64_t token = std::int64_t(p.block_table[b * p.max_blocks_per_seq + j / bs]) * bs + j % bs;
+          for (std::int64_t d = 0; d < D; ++d) {
+            std::memcpy(dst[kv] + (((b * Hkv + h) * S + j) * D + d) * es,
+                        static_cast<const char*>(src[kv]->data) + src[kv]->offset(0, h, token, d) * es, es);
+          }
+        }
+      }
+    }
+  }
+  u.params.block_table = nullptr;
+  u.params.max_blocks_per_seq = u.params.block_size = u.params.kv_num_blocks = 0;
+  u.tensors.k = make_view(dst[0], t.k.dtype, Layout::kBNSD, B, Hkv, S, D);
+  u.tensors.v = make_view(dst[1], t.v.dtype, Layout::kBNSD, B, Hkv, S, D);
+  return u;
+}
+
 // Runs `fn(sequence params, tensors of the sequence, first query token)` for
 // each sequence of a variable-length call: the packed tensors viewed at the
 // sequence's rows, so each sequence is an ordinary call of batch 1.
@@ -71,6 +107,10 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
   const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
   AttentionTensors checked;
   if (Status s = detail::check_host_call(p, t, out, "reference_forward", &checked); !s.ok()) return s;
+  if (p.block_table) {
+    const detail::Unpaged u = detail::unpage(p, checked);
+    return reference_forward(u.params, u.tensors, out, lse);
+  }
   if (varlen) {  // [1, total, H, D] output and [1, H, total] LSE, one sequence at a time
     if (lse) {  // what a sequence without keys keeps: -inf, or its head's sink
       for (std::int64_t h = 0; h < p.num_heads; ++h) {
@@ -168,6 +208,10 @@ Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t,
   }
   AttentionTensors checked;
   if (Status s = detail::check_host_call(p, t, out, "same_dtype_attention", &checked); !s.ok()) return s;
+  if (p.block_table) {
+    const detail::Unpaged u = detail::unpage(p, checked);
+    return same_dtype_attention(u.params, u.tensors, compute, subtract_max, out);
+  }
   if (varlen) {
     return detail::for_each_sequence(p, checked, [&](const AttentionParams& sp, const AttentionTensors& st, std::int64_t q0) {
       return same_dtype_attention(sp, st, compute, subtract_max, out + q0 * p.num_heads * p.head_dim);

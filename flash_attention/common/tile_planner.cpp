@@ -289,6 +289,16 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
       if (tq >= tkv && tq > 16) tq /= 2; else tkv /= 2;
     }
   }
+  // A paged cache's K/V tiles never cross a block: a caller's tile_kv must
+  // fit in one; any other (table, cache, build default) is cut to it.
+  if (p.block_table && tkv > p.block_size) {
+    if (p.tile_kv > 0) {
+      return Status::Invalid("tile_kv " + std::to_string(p.tile_kv) + " is larger than the paged cache's block_size " +
+                             std::to_string(p.block_size) + " (a K/V tile must lie in one block: use tile_kv <= " +
+                             std::to_string(p.block_size) + ")");
+    }
+    tkv = static_cast<int>(p.block_size);
+  }
   plan->tile_q = tq;
   plan->tile_kv = tkv;
   plan->working_set_bytes = working_set(tq, tkv);

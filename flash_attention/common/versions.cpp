@@ -43,6 +43,7 @@ Status version_supports(Version version, const AttentionParams& p, DType dtype) 
                      "): its K/V loop is the outer one and it runs in parallel over (batch, head) only");
   }
   if (p.sinks) return fa1_lacks("attention sinks");
+  if (p.block_table) return fa1_lacks("a paged KV cache (block_table)");
   for (auto [name, tile] : {std::pair{"tile_q", p.tile_q}, std::pair{"tile_kv", p.tile_kv}}) {
     if (tile != 0 && tile != kTileAuto && tile != kFa1Tile) {
       return Status::Unsupported(std::string("FlashAttention-1 runs 64x64 tiles only (its kernel's fixed block); ") +

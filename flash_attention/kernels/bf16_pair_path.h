@@ -430,8 +430,9 @@ inline KvOperands shared_kv_tile(const AttentionJob& job, const TileItem& it, st
   if (s == 0 && __atomic_compare_exchange_n(state, &s, 1u, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     const auto* k16 = reinterpret_cast<const std::uint16_t*>(it.kbase);
     const auto* v16 = reinterpret_cast<const std::uint16_t*>(it.vbase);
-    pack_k_tiles<DT>(k16 + j0 * job.k_strides[2], job.k_strides[2], cols, cols_pad, D, slot, op.k_lo);
-    pack_v_transposed<DT>(v16 + j0 * job.v_strides[2], job.v_strides[2], cols, cols_pad, D, slot_v, tkv / 2, op.v_lo);
+    const std::int64_t row = kv_row(job, it.b, j0);
+    pack_k_tiles<DT>(k16 + row * job.k_strides[2], job.k_strides[2], cols, cols_pad, D, slot, op.k_lo);
+    pack_v_transposed<DT>(v16 + row * job.v_strides[2], job.v_strides[2], cols, cols_pad, D, slot_v, tkv / 2, op.v_lo);
     __atomic_store_n(state, 2u, __ATOMIC_RELEASE);
     s = 2;
   }
@@ -444,7 +445,7 @@ inline KvOperands shared_kv_tile(const AttentionJob& job, const TileItem& it, st
 template <DType DT>
 inline KvLineStream next_tile_lines(const AttentionJob& job, const TileItem& it, std::int64_t j0) {
   constexpr int kP = kPieces<DT>;
-  KvLineStream next = next_kv_tile_lines<DT>(job, it.kbase, it.vbase, j0, it.kv_end);
+  KvLineStream next = next_kv_tile_lines<DT>(job, it.kbase, it.vbase, it.b, j0, it.kv_end);
   if (next.part != 0) return next;
   std::uint32_t* state = nullptr;
   const std::uint16_t* slot = kv_pack_slot(job, it, j0 + job.tile_kv, next.rows, kP, &state);
@@ -489,11 +490,11 @@ void run_tile_pairs(const AttentionJob& job, const Workspace& w, const TileItem&
     const KeySpan* spans = tile_key_spans(job, it, j0, cols, span_buffer);
     KvLineStream next = next_tile_lines<DT>(job, it, j0);
     const KvOperands kv = shared_kv_tile<DT>(job, it, j0, cols, cols_pad, op);
-    if (kv.own) pack_k_tiles<DT>(k16 + j0 * ks, ks, cols, cols_pad, D, kpack, k_lo);
+    if (kv.own) pack_k_tiles<DT>(k16 + kv_row(job, it.b, j0) * ks, ks, cols, cols_pad, D, kpack, k_lo);
     laps.lap(kStageKv);
     Engine::template scores<kP>(kv.k, k_lo, qb, q_lo, tq, D, cols_pad, width, w.st, spans, &next);
     laps.lap(kStageScores);
-    if (kv.own) pack_v_transposed<DT>(v16 + j0 * vs, vs, cols, cols_pad, D, vt, tkv / 2, v_lo);
+    if (kv.own) pack_v_transposed<DT>(v16 + kv_row(job, it.b, j0) * vs, vs, cols, cols_pad, D, vt, tkv / 2, v_lo);
     laps.lap(kStageKv);
 
     if (job.dropout.active) {  // dropout works on the fp32 P, which is packed afterwards

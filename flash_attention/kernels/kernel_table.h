@@ -71,6 +71,13 @@ struct AttentionJob {
   // [split][batch * heads][seq_q] instead of O, and the dispatcher combines.
   int num_splits;
   std::int64_t split_keys;
+  // Paged KV cache: K/V row j of batch b lies in pool block
+  // block_table[b * blocks_per_seq + (j >> block_shift)] (kv_row); null for
+  // contiguous K/V.  With a table the K/V batch strides are 0 and strides[2]
+  // step through the pool's tokens; tiles never cross a block.
+  const std::int32_t* block_table;
+  std::int64_t blocks_per_seq;
+  int block_shift;
   // GQA packing: query heads per item (1 = none; else the whole group of a
   // K/V head, for short query tiles, so each K/V tile is read once per group).
   int pack_group;

@@ -122,17 +122,26 @@ struct KvTile {
   std::int64_t ldk, ldv;
 };
 
-// The lines of the K/V tile after the one at j0: `heads` K/V heads side by
-// side from kbase / vbase (their rows' head_dim x heads elements contiguous).
+// The pool row of K/V row j of batch b (rows from the head's base,
+// TileItem::kbase): j itself, or through the block table of a paged cache.
+// A tile's rows are consecutive either way (tiles never cross a block).
+inline std::int64_t kv_row(const AttentionJob& job, std::int64_t b, std::int64_t j) {
+  if (!job.block_table) return j;
+  const std::int64_t block = job.block_table[b * job.blocks_per_seq + (j >> job.block_shift)];
+  return (block << job.block_shift) + (j & ((std::int64_t{1} << job.block_shift) - 1));
+}
+
+// The lines of batch b's K/V tile after the one at j0: `heads` K/V heads side
+// by side from kbase / vbase (their rows' head_dim x heads elements contiguous).
 template <DType DT>
-inline KvLineStream next_kv_tile_lines(const AttentionJob& job, const char* kbase, const char* vbase, std::int64_t j0,
-                                       std::int64_t kv_end, int heads = 1) {
+inline KvLineStream next_kv_tile_lines(const AttentionJob& job, const char* kbase, const char* vbase, std::int64_t b,
+                                       std::int64_t j0, std::int64_t kv_end, int heads = 1) {
   KvLineStream s;
   const std::int64_t j1 = j0 + job.tile_kv;
   if (j1 >= kv_end) return s;
-  const std::int64_t es = static_cast<std::int64_t>(dtype_size(DT));
-  s.base[0] = kbase + j1 * job.k_strides[2] * es;
-  s.base[1] = vbase + j1 * job.v_strides[2] * es;
+  const std::int64_t es = static_cast<std::int64_t>(dtype_size(DT)), row = kv_row(job, b, j1);
+  s.base[0] = kbase + row * job.k_strides[2] * es;
+  s.base[1] = vbase + row * job.v_strides[2] * es;
   s.stride[0] = job.k_strides[2] * es;
   s.stride[1] = job.v_strides[2] * es;
   s.rows = static_cast<int>(kv_end - j1 < job.tile_kv ? kv_end - j1 : job.tile_kv);
@@ -142,20 +151,20 @@ inline KvLineStream next_kv_tile_lines(const AttentionJob& job, const char* kbas
 }
 
 template <DType DT, bool kPrefetch, bool kContiguous = false>
-inline KvTile load_kv_tile(const AttentionJob& job, const Workspace& w, const char* kbase, const char* vbase, std::int64_t j0,
-                           int cols, std::int64_t kv_end) {
+inline KvTile load_kv_tile(const AttentionJob& job, const Workspace& w, const char* kbase, const char* vbase, std::int64_t b,
+                           std::int64_t j0, int cols, std::int64_t kv_end) {
   const int D = static_cast<int>(job.head_dim);
   const std::size_t es = dtype_size(DT);
-  const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
+  const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2], row = kv_row(job, b, j0);
   if constexpr (kPrefetch) {  // FA_ENABLE_ASYNC: the next tile's rows, all at once
-    KvLineStream next = next_kv_tile_lines<DT>(job, kbase, vbase, j0, kv_end);
+    KvLineStream next = next_kv_tile_lines<DT>(job, kbase, vbase, b, j0, kv_end);
     next.issue<3>(next.total_lines());
   }
   if constexpr (DT == DType::kF32 && !kContiguous) {
-    return {reinterpret_cast<const float*>(kbase) + j0 * ks, reinterpret_cast<const float*>(vbase) + j0 * vs, ks, vs};
+    return {reinterpret_cast<const float*>(kbase) + row * ks, reinterpret_cast<const float*>(vbase) + row * vs, ks, vs};
   } else {
-    load_tile<DT>(kbase + j0 * ks * es, ks, cols, D, w.kbuf);
-    load_tile<DT>(vbase + j0 * vs * es, vs, cols, D, w.vbuf);
+    load_tile<DT>(kbase + row * ks * es, ks, cols, D, w.kbuf);
+    load_tile<DT>(vbase + row * vs * es, vs, cols, D, w.vbuf);
     return {w.kbuf, w.vbuf, D, D};
   }
 }

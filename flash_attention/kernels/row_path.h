@@ -244,7 +244,7 @@ void run_rows(const AttentionJob& job, const Workspace& w_tile, const TileItem& 
     KvLineStream next;
     int per_block = 0;
     if (kFused && whole_rows) {
-      next = next_kv_tile_lines<DT>(job, kbase, vbase, j0, kv_end, kv_heads);
+      next = next_kv_tile_lines<DT>(job, kbase, vbase, b, j0, kv_end, kv_heads);
       per_block = next.per_step(kv_heads * steps, 1);
     }
     for (int g = 0; g < kv_heads; ++g) {
@@ -252,12 +252,13 @@ void run_rows(const AttentionJob& job, const Workspace& w_tile, const TileItem& 
       const char* vb = vbase + g * job.v_strides[1] * static_cast<std::int64_t>(es);
       const int first = g * head_rows;
       if (kFused && !whole_rows) {
-        next = next_kv_tile_lines<DT>(job, kb, vb, j0, kv_end);
+        next = next_kv_tile_lines<DT>(job, kb, vb, b, j0, kv_end);
         per_block = next.per_step(steps, 1);
       }
-      const KvTile kv = kFused ? KvTile{} : load_kv_tile<DT, kPrefetch>(job, w, kb, vb, j0, cols, kv_end);
-      [[maybe_unused]] const auto* k16 = reinterpret_cast<const std::uint16_t*>(kb) + j0 * job.k_strides[2];
-      [[maybe_unused]] const auto* v16 = reinterpret_cast<const std::uint16_t*>(vb) + j0 * job.v_strides[2];
+      const KvTile kv = kFused ? KvTile{} : load_kv_tile<DT, kPrefetch>(job, w, kb, vb, b, j0, cols, kv_end);
+      [[maybe_unused]] const std::int64_t row = kv_row(job, b, j0);
+      [[maybe_unused]] const auto* k16 = reinterpret_cast<const std::uint16_t*>(kb) + row * job.k_strides[2];
+      [[maybe_unused]] const auto* v16 = reinterpret_cast<const std::uint16_t*>(vb) + row * job.v_strides[2];
       // Q·Kᵀ: the K/V head's rows against the tile's keys.
       for_row_blocks(head_rows, [&]<int NR>(int r0) {
 #if defined(FA_HAVE_SIMD_CONVERT)

@@ -76,6 +76,12 @@ CASES = {
     "cu_seqlens_decreasing": (lambda d: ["--layout=TND", "--cu-seqlens-q=0,100,50", "--cu-seqlens-kv=0,100,150"],
                               "--cu-seqlens-q: '0,100,50' is not a non-decreasing list"),
     "cu_seqlens_alone": (lambda d: ["--cu-seqlens-q=0,10"], "--layout=TND, --cu-seqlens-q and --cu-seqlens-kv go together"),
+    "block_size_not_power_of_two": (lambda d: ["--paged", "--block-size=100"],
+                                    "--block-size: 100 is not a power of two (expected 16, 32, ... 512)"),
+    "block_size_out_of_range": (lambda d: ["--paged", "--block-size=8"], "--block-size: 8 is out of range"),
+    "block_size_without_paged": (lambda d: ["--block-size=64"], "--block-size: applies to --paged only"),
+    "paged_tile_larger_than_block": (lambda d: ["--paged", "--block-size=32", "--tile-kv=64"],
+                                     "tile_kv 64 is larger than the paged cache's block_size 32"),
     "cu_seqlens_and_batch": (lambda d: ["--layout=TND", "--cu-seqlens-q=0,10", "--cu-seqlens-kv=0,10", "--batch-size=3"],
                              "--batch-size: set by --cu-seqlens-q/--cu-seqlens-kv"),
     "band_without_band_mode": (lambda d: ["--causal", "--pre-tokens=5"],
@@ -99,6 +105,7 @@ FA1_CASES = {
     "fa1_tile_not_64": (lambda d: ["--tile-q=128", "--tile-kv=64"], "FlashAttention-1 runs 64x64 tiles only"),
     "fa1_split_kv": (lambda d: ["--num-splits=2"], "FlashAttention-1 does not offer split-KV"),
     "fa1_sinks": (lambda d: ["--sinks=0.5"], "FlashAttention-1 does not offer attention sinks"),
+    "fa1_paged": (lambda d: ["--paged"], "FlashAttention-1 does not offer a paged KV cache"),
     "fa1_varlen": (lambda d: ["--layout=TND", "--cu-seqlens-q=0,10,30", "--cu-seqlens-kv=0,10,30"],
                    "FlashAttention-1 does not offer variable-length sequences"),
 }
@@ -122,6 +129,7 @@ FP8_REFUSED = {
 # A version's own expectation where the shared case meets its refusal first.
 VERSION_EXPECTED = {
     ("fa1", "tiles_exceed_l2"): "FlashAttention-1 runs 64x64 tiles only",
+    ("fa1", "paged_tile_larger_than_block"): "FlashAttention-1 runs 64x64 tiles only",
     ("fa3", "tiles_exceed_l2"): "L2 working set: 6156 KiB per thread",  # two Q tiles' state and K/V buffers
 }
 

@@ -33,6 +33,8 @@ std::vector<FlagSpec> benchmark_flags() {
       {"layout", K::kString, "BSH|BSND|BNSD|TND", "memory layout of the inputs (default BSH; TND needs --cu-seqlens-*)"},
       {"cu-seqlens-q", K::kString, "0,N1,N2,...", "TND: cumulative query lengths (sets --batch-size and --seq-q)"},
       {"cu-seqlens-kv", K::kString, "0,M1,M2,...", "TND: cumulative key lengths (sets --seq-kv)"},
+      {"paged", K::kBool, "", "K/V in a paged cache: blocks of --block-size tokens in a random order, found through a block table"},
+      {"block-size", K::kInt, "N", "--paged: tokens per block, a power of two from 16 to 512 (default 128)"},
       {"causal", K::kBool, "", "causal mask aligned bottom-right, no mask file needed (= --sparse-mode=3)"},
       {"sparse-mode", K::kInt, "0-4", "0 mask+band (top-left), 1 all, 2 causal top-left, 3 causal bottom-right, 4 band"},
       {"pre-tokens", K::kInt, "N", "band: keys allowed before the aligned diagonal (modes 0 and 4; default unbounded)"},
@@ -195,6 +197,15 @@ BenchmarkOptions read_benchmark_options(const Args& a) {
     p.seq_q = o.cu_q.back();
     p.seq_kv = o.cu_kv.back();
     if (p.seq_q == 0 || p.seq_kv == 0) throw UsageError("--cu-seqlens-*: the totals must be positive");
+  }
+  o.paged = a.flag("paged");
+  if (a.has("block-size") && !o.paged) throw UsageError("--block-size: applies to --paged only");
+  o.block_size = static_cast<int>(a.integer("block-size", 128, 16, 512));
+  if ((o.block_size & (o.block_size - 1)) != 0) {
+    throw UsageError("--block-size: " + std::to_string(o.block_size) + " is not a power of two (expected 16, 32, ... 512)");
+  }
+  if (o.paged && o.layout == fa::Layout::kTND) {
+    throw UsageError("--paged: not with --layout=TND (a paged cache holds every sequence at seq_kv keys)");
   }
   p.causal = a.flag("causal");
   if (a.has("sparse-mode")) {

@@ -29,6 +29,8 @@ struct BenchmarkOptions {
   std::vector<float> descale[3];  // Q, K, V (FP8); p.descale_* point here
   std::vector<float> alibi;  // per head; p.alibi_slopes points here
   std::vector<std::int32_t> cu_q, cu_kv;  // TND; p.cu_seqlens_* point here
+  bool paged = false;                     // K/V moved into a paged pool (the benchmark builds the table)
+  int block_size = 128;
   std::string bias_path;
   std::vector<std::pair<int, int>> sweep_tiles;
 };

@@ -206,3 +206,68 @@ TEST(ApiNames, ParseAndPrintRoundTrip) {
 }
 
 }  // namespace
+
+// A paged KV cache: K and V are a pool of 4 blocks of 16 tokens (views of
+// batch 1 over 64 tokens); each sequence's 16 keys live in one block.
+class PagedValidation : public ApiValidation {
+ protected:
+  void SetUp() override {
+    p.batch = 2;
+    p.seq_q = 1;
+    p.seq_kv = 16;
+    p.num_heads = 2;
+    p.head_dim = 16;
+    rebuild();
+    pool.assign(4 * 16 * p.num_heads * p.head_dim, 0.25f);
+    t.k = fa::make_view(pool.data(), fa::DType::kF32, fa::Layout::kBSH, 1, p.num_heads, 64, p.head_dim);
+    t.v = t.k;
+    p.block_table = table;
+    p.max_blocks_per_seq = 1;
+    p.block_size = 16;
+    p.kv_num_blocks = 4;
+  }
+  std::vector<float> pool;
+  std::int32_t table[2] = {3, 1};
+};
+
+TEST_F(PagedValidation, AcceptsTheBaseline) { EXPECT_TRUE(fa::cli::kForward(p, t).ok()); }
+
+TEST_F(PagedValidation, BlockSizeNotAPowerOfTwo) {
+  p.block_size = 24;
+  expect_invalid("block_size must be a power of two from 16 to 512 (got 24)");
+}
+
+TEST_F(PagedValidation, IndexOutsideThePool) {
+  table[1] = 4;
+  expect_invalid("block_table[1][0] = 4 is outside the pool of 4 blocks");
+  table[1] = -1;
+  expect_invalid("block_table[1][0] = -1 is outside the pool");
+}
+
+TEST_F(PagedValidation, LengthBeyondTheBlocksGiven) {
+  p.seq_kv = 17;  // two blocks per sequence, one given
+  expect_invalid("seq_kv = 17 keys need 2 blocks of 16 per sequence, but max_blocks_per_seq is 1");
+}
+
+TEST_F(PagedValidation, PoolViewMustHoldEveryBlock) {
+  p.kv_num_blocks = 5;  // the views hold 4 blocks
+  expect_invalid("K: shape [1, 2, 64, 16] does not match expected [1, 2, 80, 16]");
+}
+
+TEST_F(PagedValidation, TileLargerThanABlock) {
+  p.tile_kv = 32;
+  expect_invalid("tile_kv 32 is larger than the paged cache's block_size 16");
+}
+
+TEST_F(PagedValidation, NotWithVariableLengths) {
+  const std::int32_t cu[3] = {0, 1, 2};
+  p.cu_seqlens_q = cu;
+  p.cu_seqlens_kv = cu;
+  expect_invalid("a paged KV cache (block_table) does not combine with cu_seqlens");
+}
+
+TEST_F(PagedValidation, FlashAttention1RefusesIt) {
+  const fa::Status s = fa::version_supports(fa::Version::kFA1, p, fa::DType::kF32);
+  EXPECT_EQ(s.code(), fa::StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("a paged KV cache"), std::string::npos) << s.message();
+}

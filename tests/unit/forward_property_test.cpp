@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -616,6 +617,93 @@ TEST_P(EdgeCases, PackedShortQueriesDoNotDependOnThePacking) {
     }
     for (std::size_t i = 1; i < outs.size(); ++i) {
       EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * sizeof(float))) << fa::layout_name(layout);
+    }
+  }
+}
+
+// A paged KV cache gives the bits of the same keys stored contiguously:
+// decoding, short and long queries, two block sizes (the K/V tile one block,
+// and a quarter of one), blocks in random orders, head-interleaved and
+// head-major pools; LSE too.  FA1 refuses it.
+TEST_P(EdgeCases, PagedCacheEqualsContiguousBitForBit) {
+  std::mt19937_64 rng(2024);
+  for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
+    for (std::int64_t seq_q : {1, 3, 70}) {
+      for (int block : {16, 64}) {
+        fa::AttentionParams p;
+        p.batch = 2;
+        p.seq_q = seq_q;
+        p.seq_kv = 300;
+        p.num_heads = 8;
+        p.num_kv_heads = 2;
+        p.head_dim = 32;
+        p.causal = true;
+        p.tile_q = 32;
+        p.tile_kv = 16;  // the same plan for both calls (a paged call's tiles must fit a block)
+        p.isa = isa();
+        const std::int64_t Hkv = 2, D = 32, per_seq = (p.seq_kv + block - 1) / block, blocks = p.batch * per_seq + 3;
+        const auto q = normal(p.batch * seq_q * p.num_heads * D, 31, 1);
+        const auto k = normal(p.batch * p.seq_kv * Hkv * D, 32, 1), v = normal(p.batch * p.seq_kv * Hkv * D, 33, 1);
+        const std::size_t es = fa::dtype_size(dtype());
+        auto stored = [&](const std::vector<float>& x) {
+          fa::cli::HostBuffer buf(x.size() * es);
+          for (std::size_t i = 0; i < x.size(); ++i) fa::detail::store_from_f32(buf.data(), dtype(), i, x[i]);
+          return buf;
+        };
+        fa::cli::HostBuffer qb = stored(q), kb = stored(k), vb = stored(v);
+        // The pool: the blocks in a random order, three spare ones left zero.
+        std::vector<std::int32_t> order(static_cast<std::size_t>(blocks));
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), rng);
+        const std::int64_t pool_tokens = blocks * block;
+        fa::cli::HostBuffer kpool(static_cast<std::size_t>(pool_tokens * Hkv * D) * es), vpool(kpool.bytes());
+        std::memset(kpool.data(), 0, kpool.bytes());
+        std::memset(vpool.data(), 0, vpool.bytes());
+        const fa::TensorView kc = fa::make_view(kb.data(), dtype(), layout, p.batch, Hkv, p.seq_kv, D);
+        const fa::TensorView vc = fa::make_view(vb.data(), dtype(), layout, p.batch, Hkv, p.seq_kv, D);
+        const fa::TensorView kp = fa::make_view(kpool.data(), dtype(), layout, 1, Hkv, pool_tokens, D);
+        const fa::TensorView vp = fa::make_view(vpool.data(), dtype(), layout, 1, Hkv, pool_tokens, D);
+        for (std::int64_t b = 0; b < p.batch; ++b) {
+          for (std::int64_t j = 0; j < p.seq_kv; ++j) {
+            const std::int64_t token = std::int64_t(order[b * per_seq + j / block]) * block + j % block;
+            for (std::int64_t h = 0; h < Hkv; ++h) {
+              std::memcpy(static_cast<char*>(kpool.data()) + kp.offset(0, h, token, 0) * es,
+                          static_cast<char*>(kb.data()) + kc.offset(b, h, j, 0) * es, D * es);
+              std::memcpy(static_cast<char*>(vpool.data()) + vp.offset(0, h, token, 0) * es,
+                          static_cast<char*>(vb.data()) + vc.offset(b, h, j, 0) * es, D * es);
+            }
+          }
+        }
+        fa::cli::HostBuffer oc(q.size() * es), op(q.size() * es);
+        std::vector<float> lse_c(static_cast<std::size_t>(p.batch * p.num_heads * seq_q)), lse_p(lse_c.size());
+        fa::AttentionTensors t;
+        t.q = fa::make_view(qb.data(), dtype(), layout, p.batch, p.num_heads, seq_q, D);
+        t.k = kc;
+        t.v = vc;
+        t.o = fa::make_view(oc.data(), dtype(), Layout::kBSH, p.batch, p.num_heads, seq_q, D);
+        t.lse = lse_c.data();
+        fa::AttentionParams paged = p;
+        paged.block_table = order.data();
+        paged.max_blocks_per_seq = per_seq;
+        paged.block_size = block;
+        paged.kv_num_blocks = blocks;
+        fa::AttentionTensors tp = t;
+        tp.k = kp;
+        tp.v = vp;
+        tp.o = fa::make_view(op.data(), dtype(), Layout::kBSH, p.batch, p.num_heads, seq_q, D);
+        tp.lse = lse_p.data();
+        if (kFa1) {
+          EXPECT_EQ(fa::cli::kForward(paged, tp).code(), fa::StatusCode::kUnsupported);
+          return;
+        }
+        ASSERT_TRUE(fa::cli::kForward(p, t).ok());
+        const fa::Status s = fa::cli::kForward(paged, tp);
+        ASSERT_TRUE(s.ok()) << s.message();
+        const std::string where = std::string(fa::layout_name(layout)) + " seq_q " + std::to_string(seq_q) +
+                                  " block " + std::to_string(block);
+        EXPECT_EQ(0, std::memcmp(oc.data(), op.data(), oc.bytes())) << where;
+        EXPECT_EQ(0, std::memcmp(lse_c.data(), lse_p.data(), lse_c.size() * sizeof(float))) << where;
+      }
     }
   }
 }

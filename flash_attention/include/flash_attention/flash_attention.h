@@ -188,6 +188,20 @@ struct FA_API AttentionParams {
   // combined with an explicit mask, a bias tensor or split-KV.
   const std::int32_t* cu_seqlens_q = nullptr;
   const std::int32_t* cu_seqlens_kv = nullptr;
+  // Paged KV cache (the layout of vLLM and of the Ascend operator): K and V
+  // are pools of kv_num_blocks blocks of block_size tokens (a power of two
+  // from 16 to 512), and block_table[b * max_blocks_per_seq + n] (int32,
+  // [batch, max_blocks_per_seq]) names the pool block holding tokens
+  // [n * block_size, (n + 1) * block_size) of sequence b.  Every sequence has
+  // seq_kv keys (per-sequence lengths: not yet).  The K and V views describe
+  // the pool as one sequence, [1, num_kv_heads, kv_num_blocks * block_size,
+  // head_dim] in any layout (BSH: vLLM's [blocks, block_size, heads,
+  // head_dim]).  Results equal those of the same keys stored contiguously,
+  // bit for bit.  Null = contiguous K/V.  Not combined with cu_seqlens.
+  const std::int32_t* block_table = nullptr;
+  std::int64_t max_blocks_per_seq = 0;
+  std::int64_t block_size = 0;
+  std::int64_t kv_num_blocks = 0;
   // Attention sinks: one logit per query head (in the units of the scaled
   // scores) that takes part in every row's softmax denominator; null = none.
   const float* sinks = nullptr;
