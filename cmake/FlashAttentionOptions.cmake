@@ -10,7 +10,7 @@ option(FA_ENABLE_ASYNC "Prefetch the next K/V tile while computing the current o
 option(FA_SPLIT_ENABLE "Split the K/V sequence into chunks computed in parallel" OFF)
 set(FA_SPLIT_THRESHOLD "128" CACHE STRING "Smallest K/V chunk (keys) when FA_SPLIT_ENABLE=ON")
 option(FA_MIXED_PRECISION_SOFTMAX "Softmax and accumulation in fp32 for fp16/bf16 inputs" ON)
-set(FA_TARGET "auto" CACHE STRING "CPU kernel paths to build: auto (all, chosen at run time), generic, avx2, avx512, avx512bf16, amx")
+set(FA_TARGET "auto" CACHE STRING "CPU kernel paths to build: auto (all, chosen at run time), host (generic and those this CPU runs), generic, avx2, avx512, avx512bf16, amx")
 # Not a guide option: a testing aid for the amx path on machines without AMX.
 option(FA_AMX_EMULATION "Run the amx path's tile instructions as plain C++ (tests only: slow, chosen automatically only when no other path is built)" OFF)
 option(ENABLE_BENCHMARK "Build the <version>_benchmark programs" ON)
@@ -51,12 +51,20 @@ endif()
 
 # FA_TARGET plays the guide's ASCEND_NPU_TYPE: which instruction sets the
 # kernels are compiled for.  auto builds every path and picks at run time.
-set(FA_VALID_TARGETS auto generic avx2 avx512 avx512bf16 amx)
+# host builds the generic path and every path the configuring CPU can run
+# (still chosen at run time, so the binaries run on any x86-64 CPU, at the
+# generic path's speed where this CPU's paths are missing): the build for one
+# machine, and the sanitizer builds of the test suite, which cannot execute
+# the other paths anyway.
+set(FA_VALID_TARGETS auto host generic avx2 avx512 avx512bf16 amx)
 if(NOT FA_TARGET IN_LIST FA_VALID_TARGETS)
-  fa_fail(FA_TARGET "${FA_TARGET}" "auto, generic, avx2, avx512, avx512bf16 or amx")
+  fa_fail(FA_TARGET "${FA_TARGET}" "auto, host, generic, avx2, avx512, avx512bf16 or amx")
 endif()
 if(FA_TARGET STREQUAL "auto")
   set(FA_KERNEL_PATHS generic avx2 avx512 avx512bf16 amx)
+elseif(FA_TARGET STREQUAL "host")
+  include(HostKernelPaths)
+  fa_host_kernel_paths(FA_KERNEL_PATHS)
 else()
   set(FA_KERNEL_PATHS ${FA_TARGET})
 endif()
@@ -104,7 +112,7 @@ if(NOT FA_TILE_Q STREQUAL "auto" OR NOT FA_TILE_KV STREQUAL "auto")
   if(check_kv STREQUAL "auto")
     set(check_kv 16)
   endif()
-  if(FA_TARGET STREQUAL "auto")
+  if(FA_TARGET STREQUAL "auto" OR FA_TARGET STREQUAL "host")
     set(check_target avx512)  # the budget of the paths auto builds (the same for avx2)
   else()
     set(check_target ${FA_TARGET})
