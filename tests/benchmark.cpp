@@ -23,6 +23,7 @@
 #include "driver/benchmark_options.h"
 #include "driver/cli_args.h"
 #include "driver/host_tensor.h"
+#include "driver/paged_cache.h"
 #include "driver/version_entry.h"
 
 namespace {
@@ -90,6 +91,14 @@ std::string shape_text(std::int64_t b, std::int64_t s, std::int64_t h, std::int6
   return "[batch=" + std::to_string(b) + ", seq=" + std::to_string(s) + ", heads=" + std::to_string(h) +
          ", head_dim=" + std::to_string(d) + "] " + std::string(fa::dtype_name(dt)) + " in " +
          std::string(fa::layout_name(layout));
+}
+
+// --seqlens-kv in the Config line: "[16 sequences, 100 ... 32768 keys, 211300 in all]".
+std::string seqlens_text(const std::vector<std::int32_t>& lens) {
+  const auto [lo, hi] = std::minmax_element(lens.begin(), lens.end());
+  const std::int64_t sum = std::accumulate(lens.begin(), lens.end(), std::int64_t{0});
+  return "[" + std::to_string(lens.size()) + " sequences, " + std::to_string(*lo) + " ... " + std::to_string(*hi) +
+         " keys, " + std::to_string(sum) + " in all]";
 }
 
 struct ErrorStats {
@@ -221,17 +230,10 @@ int run(int argc, char** argv) {
   fa::cli::check_fits_in_memory(q_bytes + o_bytes + 2 * kv_bytes + lse_bytes, "this shape");
   // --paged: a block table over a pool of every sequence's blocks, in a
   // random order (the pool itself is filled from the inputs below).
-  std::vector<std::int32_t> block_table;
+  fa::cli::PagedCache paged;
   if (o.paged) {
-    const std::int64_t per_seq = (Skv + o.block_size - 1) / o.block_size, blocks = B * per_seq;
-    block_table.resize(static_cast<std::size_t>(blocks));
-    std::iota(block_table.begin(), block_table.end(), 0);
-    std::mt19937_64 shuffle_rng(o.seed * 0x9E3779B97F4A7C15ull + 1);
-    std::shuffle(block_table.begin(), block_table.end(), shuffle_rng);
-    p.block_table = block_table.data();
-    p.max_blocks_per_seq = per_seq;
-    p.block_size = o.block_size;
-    p.kv_num_blocks = blocks;
+    paged = fa::cli::make_paged_cache(B, Skv, o.block_size, o.seed);
+    paged.bind(p);
   }
   // The tile plan, checked against the CPU's resources before anything is
   // allocated (a plan that does not fit is the guide's first trap).
@@ -308,27 +310,14 @@ int run(int argc, char** argv) {
       list->push_back(std::move(copy));
     }
   }
-  // --paged: each set's K and V moved into their pools, token j of sequence b
-  // at row block_table[b][j / block_size] * block_size + j % block_size.
-  const std::int64_t pool_tokens = p.block_table ? p.kv_num_blocks * p.block_size : 0;
+  // --paged: each set's K and V moved into their pools (with --seqlens-kv,
+  // each sequence's keys only).
+  const std::int64_t pool_tokens = paged.pool_tokens();
   if (p.block_table) {
     for (auto* list : {&ks, &vs}) {
       for (fa::cli::HostBuffer& contiguous : *list) {
-        fa::cli::HostBuffer pool(static_cast<std::size_t>(pool_tokens * Hkv * D) * es);
-        std::memset(pool.data(), 0, pool.bytes());
         const fa::TensorView from = fa::make_view(contiguous.data(), o.dtype, o.layout, B, Hkv, Skv, D);
-        const fa::TensorView to = fa::make_view(pool.data(), o.dtype, o.layout, 1, Hkv, pool_tokens, D);
-        for (std::int64_t b = 0; b < B; ++b) {
-          for (std::int64_t j = 0; j < Skv; ++j) {
-            const std::int64_t token = std::int64_t(block_table[b * p.max_blocks_per_seq + j / p.block_size]) * p.block_size +
-                                       j % p.block_size;
-            for (std::int64_t h = 0; h < Hkv; ++h) {
-              std::memcpy(static_cast<char*>(pool.data()) + to.offset(0, h, token, 0) * es,
-                          static_cast<const char*>(contiguous.data()) + from.offset(b, h, j, 0) * es, D * es);
-            }
-          }
-        }
-        contiguous = std::move(pool);
+        contiguous = fa::cli::scatter_to_pool(paged, from, o.layout, p.seqlens_kv);
       }
     }
   }
@@ -390,7 +379,9 @@ int run(int argc, char** argv) {
     std::sort(times.begin(), times.end());
     return times;
   };
-  const double flops = 4.0 * double(B) * double(H) * double(D) * double(fa::attended_pairs(p));
+  // (attended_pairs sums a call's sequences when each has its own lengths.)
+  const double pair_batches = p.cu_seqlens_q || p.seqlens_kv ? 1.0 : double(B);
+  const double flops = 4.0 * pair_batches * double(H) * double(D) * double(fa::attended_pairs(p));
   if (o.sweep) return run_sweep(o, p, isa, flops, time_runs);
 
   const std::vector<double> times_ms = time_runs(p);
@@ -398,9 +389,14 @@ int run(int argc, char** argv) {
   const double peak_gflops = std::max(peak_before, peak_after);
   const double bandwidth_after = o.probe ? measure_bandwidth() : 0.0;
   const double bandwidth_peak = std::max(bandwidth_before, bandwidth_after);
-  // The bytes the call must move: Q, K, V, the mask and bias read once, O and
-  // the LSE written once.
-  const double traffic_bytes = double(q_bytes + 2 * kv_bytes + o_bytes + lse_bytes + mask_bytes + bias.bytes());
+  // The bytes the call must move: Q, K, V (with --seqlens-kv, each
+  // sequence's keys), the mask and bias read once, O and the LSE written once.
+  double cache_bytes = double(2 * kv_bytes);
+  if (p.seqlens_kv) {
+    cache_bytes = 0.0;
+    for (std::int64_t b = 0; b < B; ++b) cache_bytes += 2.0 * double(p.seqlens_kv[b]) * double(Hkv * D) * double(es);
+  }
+  const double traffic_bytes = double(q_bytes + o_bytes + lse_bytes + mask_bytes + bias.bytes()) + cache_bytes;
   const std::vector<double>& sorted = times_ms;
   const double median = median_of(sorted);
   const double tflops = median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0;
@@ -495,6 +491,7 @@ int run(int argc, char** argv) {
               << (fa::is_fp8(o.dtype) ? " out_dtype=" + std::string(fa::dtype_name(o.out_dtype)) : std::string())
               << " layout=" << fa::layout_name(o.layout)
               << (p.block_table ? " kv_cache=paged(block_size=" + std::to_string(p.block_size) + ")" : std::string())
+              << (p.seqlens_kv ? " seqlens_kv=" + seqlens_text(o.seqlens_kv) : std::string())
               << " mask=" << mask_note
               << " scale=" << p.softmax_scale() << "\n";
     std::snprintf(line, sizeof line, "Tile: Q=%d KV=%d (%s; L2 working set %.0f of %.0f KiB)  Threads: %d  Input sets: %d\n",
@@ -504,8 +501,9 @@ int run(int argc, char** argv) {
                   static_cast<long long>(plan.work_items), used_threads);
     std::cout << line;
     if (plan.num_splits > 1) {
-      std::snprintf(line, sizeof line, "Split-KV: %d chunks of %lld keys\n", plan.num_splits,
-                    static_cast<long long>(plan.split_keys));
+      std::snprintf(line, sizeof line, "Split-KV: %d chunks of %lld keys%s\n", plan.num_splits,
+                    static_cast<long long>(plan.split_keys),
+                    p.cu_seqlens_q || p.seqlens_kv ? " (the longest sequence's; each sequence in chunks of that size)" : "");
       std::cout << line;
     }
     std::cout << "Kernel: " << kernel_name(isa, matrix, o.dtype) << "\n";

@@ -158,6 +158,29 @@ std::vector<CaseSpec> build_matrix(DType dtype, bool quick) {
     c.with_alibi = true;
     cases.push_back(c);
   }
+  // A KV cache of mixed lengths (continuous batching): per-sequence key
+  // counts with an empty sequence and one shorter than its queries (rows
+  // with no key), GQA and causal; decoding split automatically, speculative
+  // rows in a paged cache with sinks, and a tile-path chunk in explicit
+  // splits with a window and ALiBi.  The keys past each count are NaN.
+  {
+    CaseSpec c = make_case(dtype, Layout::kBSH, MaskMode::kCausal, Shape{1, 1, 700, 8, 2, 64}, 16, 32, 2, fa::kSplitsAuto);
+    c.cache_seqlens_kv = {700, 0, 33, 301};
+    cases.push_back(c);
+    c.params.seq_q = 3;
+    c.layout = Layout::kBNSD;
+    c.paged_block_size = 32;
+    c.with_sinks = true;
+    cases.push_back(c);
+    c = make_case(dtype, Layout::kBSH, MaskMode::kNone, Shape{1, 20, 400, 4, 4, 32}, 16, 32, 3, 3);
+    c.cache_seqlens_kv = {5, 400, 130};
+    c.paged_block_size = 64;
+    c.with_alibi = true;
+    c.params.sparse_mode = fa::SparseMode::kBand;
+    c.params.pre_tokens = 90;
+    c.params.next_tokens = 0;
+    cases.push_back(c);
+  }
   // The accuracy rule, every dtype: at most twice a same-dtype attention's
   // max error, on logits of a few units (a real softmax), with and without a
   // causal mask.

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -48,41 +49,88 @@ Plan make_plan(const AttentionParams& p, const TilePlan& tiles) {
 // Split-KV combine: O = sum_s exp(lse_s - lse) O_s with lse = log sum_s
 // exp(lse_s), exact up to rounding; chunks that saw no key (lse_s = -inf)
 // drop out, a row no chunk attended stays 0 with lse -inf, and a row with a
-// NaN chunk is NaN.
-void combine_splits(const AttentionJob& job, const TilePlan& plan) {
+// NaN chunk is NaN.  Every split job of a call (one per sequence when the
+// sequences have their own lengths) in one parallel loop over blocks of rows.
+constexpr std::int64_t kCombineRows = 16;
+
+std::int64_t combine_items(const AttentionJob& job) {
+  return job.batch * job.heads * ((job.seq_q + kCombineRows - 1) / kCombineRows);
+}
+
+void combine_rows(const AttentionJob& job, std::int64_t item) {
   const std::int64_t BH = job.batch * job.heads, Sq = job.seq_q, D = job.head_dim;
   const std::size_t es = dtype_size(job.o_dtype);
-  constexpr std::int64_t kRowsPerItem = 16;
-  const std::int64_t row_blocks = (Sq + kRowsPerItem - 1) / kRowsPerItem;
-  ThreadPool::global().parallel_for(BH * row_blocks, plan.threads, [&](std::int64_t item, int) {
-    const std::int64_t bh = item / row_blocks, b = bh / job.heads, h = bh % job.heads;
-    const std::int64_t i_begin = (item % row_blocks) * kRowsPerItem;
-    const std::int64_t i_end = i_begin + kRowsPerItem < Sq ? i_begin + kRowsPerItem : Sq;
-    float acc[kMaxHeadDim];
-    for (std::int64_t i = i_begin; i < i_end; ++i) {
-      float m = -std::numeric_limits<float>::infinity();
-      for (int s = 0; s < job.num_splits; ++s) {  // a NaN chunk makes the row NaN (the NaN rule)
-        const float lse_s = job.partial_lse[(s * BH + bh) * Sq + i];
-        m = std::isnan(lse_s) || lse_s > m ? lse_s : m;
-      }
-      for (std::int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
-      float sum = 0.0f;
-      if (m != -std::numeric_limits<float>::infinity()) {
-        for (int s = 0; s < job.num_splits; ++s) {
-          const float lse_s = job.partial_lse[(s * BH + bh) * Sq + i];
-          if (lse_s == -std::numeric_limits<float>::infinity()) continue;
-          const float w = std::exp(lse_s - m);
-          sum += w;
-          const float* po = job.partial_o + ((s * BH + bh) * Sq + i) * D;
-          for (std::int64_t d = 0; d < D; ++d) acc[d] += w * po[d];
-        }
-      }
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // NaN * 0 stays NaN
-      char* orow = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + i * job.o_strides[2]) * es;
-      for (std::int64_t d = 0; d < D; ++d) store_from_f32(orow, job.o_dtype, d, acc[d] * inv);
-      if (job.lse) job.lse[bh * Sq + i] = sum == 0.0f ? -std::numeric_limits<float>::infinity() : m + std::log(sum);
+  const std::int64_t row_blocks = (Sq + kCombineRows - 1) / kCombineRows;
+  const std::int64_t bh = item / row_blocks, b = bh / job.heads, h = bh % job.heads;
+  const std::int64_t i_begin = (item % row_blocks) * kCombineRows;
+  const std::int64_t i_end = i_begin + kCombineRows < Sq ? i_begin + kCombineRows : Sq;
+  float acc[kMaxHeadDim];
+  for (std::int64_t i = i_begin; i < i_end; ++i) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int s = 0; s < job.num_splits; ++s) {  // a NaN chunk makes the row NaN (the NaN rule)
+      const float lse_s = job.partial_lse[(s * BH + bh) * Sq + i];
+      m = std::isnan(lse_s) || lse_s > m ? lse_s : m;
     }
+    for (std::int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
+    float sum = 0.0f;
+    if (m != -std::numeric_limits<float>::infinity()) {
+      for (int s = 0; s < job.num_splits; ++s) {
+        const float lse_s = job.partial_lse[(s * BH + bh) * Sq + i];
+        if (lse_s == -std::numeric_limits<float>::infinity()) continue;
+        const float w = std::exp(lse_s - m);
+        sum += w;
+        const float* po = job.partial_o + ((s * BH + bh) * Sq + i) * D;
+        for (std::int64_t d = 0; d < D; ++d) acc[d] += w * po[d];
+      }
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // NaN * 0 stays NaN
+    char* orow = static_cast<char*>(job.o) + (b * job.o_strides[0] + h * job.o_strides[1] + i * job.o_strides[2]) * es;
+    for (std::int64_t d = 0; d < D; ++d) store_from_f32(orow, job.o_dtype, d, acc[d] * inv);
+    if (job.lse) {
+      job.lse[b * job.lse_strides[0] + h * job.lse_strides[1] + i] =
+          sum == 0.0f ? -std::numeric_limits<float>::infinity() : m + std::log(sum);
+    }
+  }
+}
+
+void combine_splits(const AttentionJob* jobs, std::size_t count, int threads) {
+  std::vector<std::int64_t> ends;  // running item counts of the split jobs
+  std::vector<const AttentionJob*> split;
+  std::int64_t total = 0;
+  for (std::size_t j = 0; j < count; ++j) {
+    if (jobs[j].num_splits <= 1) continue;
+    split.push_back(&jobs[j]);
+    ends.push_back(total += combine_items(jobs[j]));
+  }
+  if (total == 0) return;
+  ThreadPool::global().parallel_for(total, threads, [&](std::int64_t item, int) {
+    const std::size_t j = static_cast<std::size_t>(std::upper_bound(ends.begin(), ends.end(), item) - ends.begin());
+    combine_rows(*split[j], item - (j == 0 ? 0 : ends[j - 1]));
   });
+}
+
+// The K/V chunks of a sequence of `seq_kv` keys under the plan (1: unsplit).
+int sequence_splits(std::int64_t seq_kv, const TilePlan& tiles) {
+  return tiles.num_splits > 1 && seq_kv > tiles.split_keys
+             ? static_cast<int>((seq_kv + tiles.split_keys - 1) / tiles.split_keys)
+             : 1;
+}
+
+// Floats of the split-KV partials (O and LSE) of a call: each split job's
+// chunks x rows x (head_dim + 1).
+std::size_t partial_floats(const AttentionParams& p, const TilePlan& tiles) {
+  if (tiles.num_splits <= 1) return 0;
+  const std::size_t width = static_cast<std::size_t>(p.head_dim) + 1;
+  if (!per_sequence_call(p)) {
+    return static_cast<std::size_t>(tiles.num_splits) * static_cast<std::size_t>(p.batch * p.num_heads * p.seq_q) * width;
+  }
+  std::size_t n = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const AttentionParams sp = sequence_params(p, b);
+    const int splits = sequence_splits(sp.seq_kv, tiles);
+    if (splits > 1) n += static_cast<std::size_t>(splits) * static_cast<std::size_t>(p.num_heads * sp.seq_q) * width;
+  }
+  return n;
 }
 
 bool verbose() {
@@ -148,9 +196,9 @@ AttentionJob planned_job(const AttentionParams& p, DType dtype, const Plan& plan
 
 // Bytes of the path's K/V packing shared by all items of a call (the pair
 // path: amx, and bf16 on avx512bf16), 0 when it has none or would not gain
-// from one; variable-length calls pack per item.
+// from one; calls with per-sequence lengths pack per item.
 std::size_t kv_pack_bytes(const KernelTable* table, const AttentionParams& p, const AttentionJob& job) {
-  return !p.cu_seqlens_q ? table->kv_pack_bytes(job) : 0;
+  return !per_sequence_call(p) ? table->kv_pack_bytes(job) : 0;
 }
 
 // The kernel table of `isa` for `version`: this library's, which holds one
@@ -177,10 +225,7 @@ std::size_t forward_workspace_bytes(Version version, const AttentionParams& p, D
   }
   const Plan plan = make_plan(p, tiles);
   const int n = threads > 0 ? threads : plan.threads;
-  const std::size_t partials = tiles.num_splits > 1 ? static_cast<std::size_t>(tiles.num_splits) *
-                                                          static_cast<std::size_t>(p.batch * p.num_heads * p.seq_q) *
-                                                          static_cast<std::size_t>(p.head_dim + 1)
-                                                    : 0;
+  const std::size_t partials = partial_floats(p, tiles);
   const AttentionJob job = planned_job(p, dtype, plan, tiles);
   return (table->workspace_floats(job) * static_cast<std::size_t>(n) + partials) * sizeof(float) +
          kv_pack_bytes(table, p, job);
@@ -207,9 +252,7 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
   const std::size_t scratch_floats = per_thread * static_cast<std::size_t>(plan.threads);
   // Split-KV partials live after the per-thread scratch.
   const std::size_t rows = static_cast<std::size_t>(p.batch * p.num_heads * p.seq_q);
-  const std::size_t partial_floats =
-      tiles.num_splits > 1 ? static_cast<std::size_t>(tiles.num_splits) * rows * (static_cast<std::size_t>(p.head_dim) + 1) : 0;
-  const std::size_t bytes = (scratch_floats + partial_floats) * sizeof(float);
+  const std::size_t bytes = (scratch_floats + partial_floats(p, tiles)) * sizeof(float);
   const WorkspaceBlock scratch_block(bytes);
   float* const scratch = static_cast<float*>(scratch_block.get());
   if (!scratch) {
@@ -281,42 +324,63 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
   }
   std::uint64_t stage_cycles[kStageCount] = {};
   job.stage_cycles = stage_timing() ? stage_cycles : nullptr;
-  if (!p.cu_seqlens_q) {
+  if (!per_sequence_call(p)) {
     table->run(&job, nullptr, 1);
-    if (job.num_splits > 1) combine_splits(job, tiles);
+    if (job.num_splits > 1) combine_splits(&job, 1, plan.threads);
     if (job.stage_cycles) print_stage_times(version, table->name, stage_cycles);
     return Status::Ok();
   }
-  // Variable-length: one job per sequence over its own rows of the packed
-  // tensors (no padding anywhere), all run in one parallel loop.
+  // Per-sequence lengths: one job per sequence, over its own rows of the
+  // packed tensors (variable-length: no padding anywhere) or its own batch
+  // entry of the cache (seqlens_kv: its first keys, of a contiguous or a
+  // paged cache), each cut into chunks of the plan's size, all run in one
+  // parallel loop; then the split ones combined in another.
   std::vector<AttentionJob> jobs;
   std::vector<std::int64_t> ends;
   jobs.reserve(static_cast<std::size_t>(p.batch));
   std::int64_t total = 0;
+  float* partials = job.partial_o;
   const std::size_t es = dtype_size(job.dtype), o_es = dtype_size(job.o_dtype);
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const AttentionParams sp = sequence_params(p, b);
     AttentionJob sj = job;
-    const std::int64_t q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_kv[b];
-    sj.q = static_cast<const char*>(t.q.data) + q0 * t.q.strides[2] * es;
-    sj.o = static_cast<char*>(t.o.data) + q0 * t.o.strides[2] * o_es;
-    sj.k = static_cast<const char*>(t.k.data) + k0 * t.k.strides[2] * es;
-    sj.v = static_cast<const char*>(t.v.data) + k0 * t.v.strides[2] * es;
-    sj.lse = t.lse ? t.lse + q0 : nullptr;
-    sj.lse_strides[0] = 0;
-    sj.lse_strides[1] = p.seq_q;  // [1, heads, total_q]
+    if (p.seqlens_kv) {  // batch entry b of Q, O, the LSE and the cache
+      sj.q = static_cast<const char*>(t.q.data) + b * t.q.strides[0] * es;
+      sj.o = static_cast<char*>(t.o.data) + b * t.o.strides[0] * o_es;
+      sj.k = static_cast<const char*>(t.k.data) + b * job.k_strides[0] * es;  // the pool itself when paged
+      sj.v = static_cast<const char*>(t.v.data) + b * job.v_strides[0] * es;
+      sj.block_table = sp.block_table;
+      sj.lse = t.lse ? t.lse + b * job.lse_strides[0] : nullptr;
+    } else {  // tokens [cu_seqlens[b], cu_seqlens[b + 1]) of the packed tensors
+      const std::int64_t q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_kv[b];
+      sj.q = static_cast<const char*>(t.q.data) + q0 * t.q.strides[2] * es;
+      sj.o = static_cast<char*>(t.o.data) + q0 * t.o.strides[2] * o_es;
+      sj.k = static_cast<const char*>(t.k.data) + k0 * t.k.strides[2] * es;
+      sj.v = static_cast<const char*>(t.v.data) + k0 * t.v.strides[2] * es;
+      sj.lse = t.lse ? t.lse + q0 : nullptr;
+      sj.lse_strides[0] = 0;
+      sj.lse_strides[1] = p.seq_q;  // [1, heads, total_q]
+    }
     sj.batch = 1;
     sj.seq_q = sp.seq_q;
     sj.seq_kv = sp.seq_kv;
     sj.window = key_window(sp);
     sj.dropout = dropout_of(sp);
     sj.q_tiles = (sp.seq_q + plan.tile_q - 1) / plan.tile_q;
-    sj.num_splits = 1;
-    sj.split_keys = sp.seq_kv > 0 ? sp.seq_kv : 1;
+    sj.num_splits = sequence_splits(sp.seq_kv, tiles);
+    sj.split_keys = sj.num_splits > 1 ? tiles.split_keys : (sp.seq_kv > 0 ? sp.seq_kv : 1);
+    sj.partial_o = sj.partial_lse = nullptr;
+    if (sj.num_splits > 1) {  // this sequence's partials, next in the buffer
+      const std::size_t seq_rows = static_cast<std::size_t>(sj.num_splits) * static_cast<std::size_t>(p.num_heads * sp.seq_q);
+      sj.partial_o = partials;
+      sj.partial_lse = partials + seq_rows * static_cast<std::size_t>(p.head_dim);
+      partials += seq_rows * (static_cast<std::size_t>(p.head_dim) + 1);
+    }
     jobs.push_back(sj);
     ends.push_back(total += table->items(sj));
   }
   if (total > 0) table->run(jobs.data(), ends.data(), jobs.size());
+  combine_splits(jobs.data(), jobs.size(), plan.threads);
   if (job.stage_cycles) print_stage_times(version, table->name, stage_cycles);
   return Status::Ok();
 }

@@ -20,8 +20,16 @@ struct KeyWindow {
 // The window of a call (causal and sparse_mode resolved); params.cpp.
 KeyWindow key_window(const AttentionParams& p);
 
-// Sequence b of a variable-length call as a call of its own (batch 1, its
-// own lengths, its own dropout seed); params.cpp.
+// Whether a call gives each sequence its own lengths: variable-length
+// (cu_seqlens) or per-sequence key counts (seqlens_kv).  Such a call runs as
+// one call per sequence.
+static inline bool per_sequence_call(const AttentionParams& p) {
+  return (p.cu_seqlens_q && p.cu_seqlens_kv) || p.seqlens_kv;
+}
+
+// Sequence b of a per-sequence call as a call of its own (batch 1, its own
+// lengths, its own dropout seed; a paged cache's table cut to its row);
+// params.cpp.
 AttentionParams sequence_params(const AttentionParams& p, std::int64_t b);
 
 struct Dropout;

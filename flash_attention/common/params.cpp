@@ -120,9 +120,15 @@ Dropout dropout_of(const AttentionParams& p) {
 AttentionParams sequence_params(const AttentionParams& p, std::int64_t b) {
   AttentionParams q = p;
   q.batch = 1;
-  q.seq_q = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
-  q.seq_kv = p.cu_seqlens_kv[b + 1] - p.cu_seqlens_kv[b];
+  if (p.seqlens_kv) {
+    q.seq_kv = p.seqlens_kv[b];
+    if (p.block_table) q.block_table = p.block_table + b * p.max_blocks_per_seq;
+  } else {
+    q.seq_q = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+    q.seq_kv = p.cu_seqlens_kv[b + 1] - p.cu_seqlens_kv[b];
+  }
   q.cu_seqlens_q = q.cu_seqlens_kv = nullptr;
+  q.seqlens_kv = nullptr;
   // Each sequence gets its own dropout pattern.
   q.dropout_seed = p.dropout_seed ^ ((static_cast<std::uint64_t>(b) + 1) * 0x9e3779b97f4a7c15ull);
   return q;
@@ -147,7 +153,7 @@ KeyWindow key_window(const AttentionParams& p) {
 }  // namespace detail
 
 std::int64_t attended_pairs(const AttentionParams& p) {
-  if (p.cu_seqlens_q && p.cu_seqlens_kv) {
+  if (detail::per_sequence_call(p)) {
     std::int64_t n = 0;
     for (std::int64_t b = 0; b < p.batch; ++b) n += attended_pairs(detail::sequence_params(p, b));
     return n;
@@ -326,6 +332,22 @@ Status validate_params(const AttentionParams& p) {
                            ", kSplitsAuto or 0 for the default (got " + std::to_string(p.num_splits) + ")");
   }
   const bool varlen = p.cu_seqlens_q || p.cu_seqlens_kv;
+  if (p.seqlens_kv) {
+    if (varlen) {
+      return Status::Invalid("seqlens_kv does not combine with cu_seqlens (a variable-length call's key counts are "
+                             "in cu_seqlens_kv)");
+    }
+    if (p.mask || p.bias) {
+      return Status::Invalid("per-sequence key counts (seqlens_kv) do not combine with an explicit mask or a bias "
+                             "tensor");
+    }
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      if (p.seqlens_kv[b] < 0 || p.seqlens_kv[b] > p.seq_kv) {
+        return Status::Invalid("seqlens_kv[" + std::to_string(b) + "] = " + std::to_string(p.seqlens_kv[b]) +
+                               " is outside the cache (expected 0 ... seq_kv = " + std::to_string(p.seq_kv) + ")");
+      }
+    }
+  }
   if (p.block_table) {
     if (varlen) return Status::Invalid("a paged KV cache (block_table) does not combine with cu_seqlens");
     const std::int64_t bs = p.block_size;
@@ -342,8 +364,9 @@ Status validate_params(const AttentionParams& p) {
                              " blocks of " + std::to_string(bs) + " per sequence, but max_blocks_per_seq is " +
                              std::to_string(p.max_blocks_per_seq));
     }
-    for (std::int64_t b = 0; b < p.batch; ++b) {
-      for (std::int64_t n = 0; n < needed; ++n) {
+    for (std::int64_t b = 0; b < p.batch; ++b) {  // the blocks each sequence reads
+      const std::int64_t used = p.seqlens_kv ? (p.seqlens_kv[b] + bs - 1) / bs : needed;
+      for (std::int64_t n = 0; n < used; ++n) {
         const std::int32_t block = p.block_table[b * p.max_blocks_per_seq + n];
         if (block < 0 || block >= p.kv_num_blocks) {
           return Status::Invalid("block_table[" + std::to_string(b) + "][" + std::to_string(n) + "] = " +
@@ -357,9 +380,9 @@ Status validate_params(const AttentionParams& p) {
     if (!p.cu_seqlens_q || !p.cu_seqlens_kv) {
       return Status::Invalid("cu_seqlens_q and cu_seqlens_kv must be given together");
     }
-    if (p.mask || p.bias || p.num_splits > 1) {
-      return Status::Invalid("variable-length sequences (cu_seqlens) do not combine with an explicit mask, a bias "
-                             "tensor or num_splits > 1");
+    if (p.mask || p.bias) {
+      return Status::Invalid("variable-length sequences (cu_seqlens) do not combine with an explicit mask or a bias "
+                             "tensor");
     }
     for (const auto& [name, cu, total] : {std::tuple{"cu_seqlens_q", p.cu_seqlens_q, p.seq_q},
                                           std::tuple{"cu_seqlens_kv", p.cu_seqlens_kv, p.seq_kv}}) {

@@ -26,8 +26,8 @@ double modified_score(const AttentionParams& p, double s, std::int64_t h, std::i
 // The checks every host-side attention (reference, same-dtype yardstick)
 // makes before computing into `out` (doubles in the BSH order): the call is
 // validated against a stand-in O view of `out`, since O itself is not
-// written; a variable-length call's output starts at zero (sequences without
-// keys keep it).  `checked` receives the tensors with that O view.
+// written; the output of a call with per-sequence lengths starts at zero
+// (sequences without keys keep it).  `checked` receives the tensors with that O view.
 Status check_host_call(const AttentionParams& p, const AttentionTensors& t, double* out, const char* who,
                        AttentionTensors* checked) {
   const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
@@ -37,15 +37,17 @@ Status check_host_call(const AttentionParams& p, const AttentionTensors& t, doub
                          p.num_heads, p.seq_q, p.head_dim);
   if (Status s = validate(p, *checked); !s.ok()) return s;
   if (out == nullptr) return Status::Invalid(std::string(who) + ": output pointer is null");
-  if (varlen) {
-    for (std::int64_t i = 0; i < p.seq_q * p.num_heads * p.head_dim; ++i) out[i] = 0.0;
+  if (per_sequence_call(p)) {  // sequences without keys are skipped
+    const std::int64_t n = (varlen ? 1 : p.batch) * p.seq_q * p.num_heads * p.head_dim;
+    for (std::int64_t i = 0; i < n; ++i) out[i] = 0.0;
   }
   return Status::Ok();
 }
 
 // A paged call as an ordinary one: each sequence's keys gathered from the
 // pools through the block table into contiguous [batch, kv_heads, seq_kv,
-// head_dim] K and V (held by `storage`), and the params without the table.
+// head_dim] K and V (held by `storage`; with seqlens_kv only each sequence's
+// own keys, the rest zero), and the params without the table.
 struct Unpaged {
   AttentionParams params;
   AttentionTensors tensors;
@@ -55,13 +57,14 @@ Unpaged unpage(const AttentionParams& p, const AttentionTensors& t) {
   Unpaged u{p, t, {}};
   const std::int64_t B = p.batch, Hkv = p.kv_heads(), S = p.seq_kv, D = p.head_dim, bs = p.block_size;
   const std::size_t es = dtype_size(t.k.dtype), one = static_cast<std::size_t>(B * Hkv * S * D) * es;
-  u.storage.resize(2 * one);
+  u.storage.assign(2 * one, 0);
   char* dst[2] = {u.storage.data(), u.storage.data() + one};
   const TensorView* src[2] = {&t.k, &t.v};
   for (int kv = 0; kv < 2; ++kv) {
     for (std::int64_t b = 0; b < B; ++b) {
       for (std::int64_t h = 0; h < Hkv; ++h) {
-        for (std::int64_t j = 0; j < S; ++j) {
+        const std::int64_t keys = p.seqlens_kv ? p.seqlens_kv[b] : S;
+        for (std::int64_t j = 0; j < keys; ++j) {
           const std::int64_t token = std::int64_t(p.block_table[b * p.max_blocks_per_seq + j / bs]) * bs + j % bs;
           for (std::int64_t d = 0; d < D; ++d) {
             std::memcpy(dst[kv] + (((b * Hkv + h) * S + j) * D + d) * es,
@@ -78,24 +81,37 @@ Unpaged unpage(const AttentionParams& p, const AttentionTensors& t) {
   return u;
 }
 
-// Runs `fn(sequence params, tensors of the sequence, first query token)` for
-// each sequence of a variable-length call: the packed tensors viewed at the
-// sequence's rows, so each sequence is an ordinary call of batch 1.
+// Runs `fn(sequence params, tensors of the sequence, first output row)` for
+// each sequence of a call with per-sequence lengths, each an ordinary call
+// of batch 1: variable-length calls view the packed tensors at the
+// sequence's tokens (its first output row is its first query token);
+// seqlens_kv calls view batch entry b, cut to its keys (first output row
+// b * seq_q).  Sequences without queries or keys are skipped: the caller's
+// defaults stand.
 template <class Fn>
 Status for_each_sequence(const AttentionParams& p, const AttentionTensors& t, Fn&& fn) {
+  const std::size_t es = dtype_size(t.q.dtype);
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const AttentionParams sp = sequence_params(p, b);
-    const std::int64_t q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_kv[b];
     AttentionTensors st = t;
-    const std::size_t es = dtype_size(t.q.dtype);
-    st.q.data = static_cast<char*>(t.q.data) + q0 * t.q.strides[2] * es;
-    st.k.data = static_cast<char*>(t.k.data) + k0 * t.k.strides[2] * es;
-    st.v.data = static_cast<char*>(t.v.data) + k0 * t.v.strides[2] * es;
+    std::int64_t row0 = b * p.seq_q;
+    if (p.seqlens_kv) {
+      st.q.data = static_cast<char*>(t.q.data) + b * t.q.strides[0] * es;
+      st.k.data = static_cast<char*>(t.k.data) + b * t.k.strides[0] * es;
+      st.v.data = static_cast<char*>(t.v.data) + b * t.v.strides[0] * es;
+      st.q.shape[0] = st.k.shape[0] = st.v.shape[0] = st.o.shape[0] = 1;
+    } else {
+      row0 = p.cu_seqlens_q[b];
+      const std::int64_t k0 = p.cu_seqlens_kv[b];
+      st.q.data = static_cast<char*>(t.q.data) + row0 * t.q.strides[2] * es;
+      st.k.data = static_cast<char*>(t.k.data) + k0 * t.k.strides[2] * es;
+      st.v.data = static_cast<char*>(t.v.data) + k0 * t.v.strides[2] * es;
+    }
     st.q.shape[2] = sp.seq_q;
     st.k.shape[2] = st.v.shape[2] = sp.seq_kv;
     st.o.shape[2] = sp.seq_q;
-    if (sp.seq_q == 0 || sp.seq_kv == 0) continue;  // nothing to attend: the caller's defaults stand
-    if (Status s = fn(sp, st, q0); !s.ok()) return s;
+    if (sp.seq_q == 0 || sp.seq_kv == 0) continue;
+    if (Status s = fn(sp, st, row0); !s.ok()) return s;
   }
   return Status::Ok();
 }
@@ -111,23 +127,29 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
     const detail::Unpaged u = detail::unpage(p, checked);
     return reference_forward(u.params, u.tensors, out, lse);
   }
-  if (varlen) {  // [1, total, H, D] output and [1, H, total] LSE, one sequence at a time
+  if (detail::per_sequence_call(p)) {
+    // Variable-length: [1, total, H, D] output and [1, H, total] LSE;
+    // seqlens_kv: [B, Sq, H, D] and [B, H, Sq].  One sequence at a time.
+    const std::int64_t lse_batches = varlen ? 1 : p.batch;
     if (lse) {  // what a sequence without keys keeps: -inf, or its head's sink
-      for (std::int64_t h = 0; h < p.num_heads; ++h) {
+      for (std::int64_t bh = 0; bh < lse_batches * p.num_heads; ++bh) {
         for (std::int64_t i = 0; i < p.seq_q; ++i) {
-          lse[h * p.seq_q + i] = p.sinks ? double(p.sinks[h]) : -std::numeric_limits<double>::infinity();
+          lse[bh * p.seq_q + i] = p.sinks ? double(p.sinks[bh % p.num_heads]) : -std::numeric_limits<double>::infinity();
         }
       }
     }
-    return detail::for_each_sequence(p, checked, [&](const AttentionParams& sp, const AttentionTensors& st, std::int64_t q0) {
+    return detail::for_each_sequence(p, checked, [&](const AttentionParams& sp, const AttentionTensors& st, std::int64_t row0) {
       std::vector<double> seq_lse(static_cast<std::size_t>(sp.num_heads * sp.seq_q));
       AttentionTensors sv = st;
-      sv.o = make_view(out + q0 * p.num_heads * p.head_dim, st.o.dtype, Layout::kBSH, 1, sp.num_heads, sp.seq_q,
+      sv.o = make_view(out + row0 * p.num_heads * p.head_dim, st.o.dtype, Layout::kBSH, 1, sp.num_heads, sp.seq_q,
                        sp.head_dim);
-      if (Status s = reference_forward(sp, sv, out + q0 * p.num_heads * p.head_dim, seq_lse.data()); !s.ok()) return s;
-      if (lse) {
+      if (Status s = reference_forward(sp, sv, out + row0 * p.num_heads * p.head_dim, seq_lse.data()); !s.ok()) return s;
+      if (lse) {  // varlen: head h's row q0 + i of [1, H, total]; seqlens_kv: [b, h, i]
         for (std::int64_t h = 0; h < sp.num_heads; ++h) {
-          for (std::int64_t i = 0; i < sp.seq_q; ++i) lse[h * p.seq_q + q0 + i] = seq_lse[h * sp.seq_q + i];
+          for (std::int64_t i = 0; i < sp.seq_q; ++i) {
+            const std::int64_t at = varlen ? h * p.seq_q + row0 + i : (row0 / p.seq_q * p.num_heads + h) * p.seq_q + i;
+            lse[at] = seq_lse[h * sp.seq_q + i];
+          }
         }
       }
       return Status::Ok();
@@ -201,7 +223,6 @@ namespace fa {
 
 Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t, DType compute, bool subtract_max,
                             double* out) {
-  const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
   if (is_fp8(t.q.dtype) || is_fp8(compute)) {
     return Status::Unsupported("same_dtype_attention: no FP8 arithmetic (FP8 inputs are products of scaled values, "
                                "checked against reference_forward)");
@@ -212,9 +233,9 @@ Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t,
     const detail::Unpaged u = detail::unpage(p, checked);
     return same_dtype_attention(u.params, u.tensors, compute, subtract_max, out);
   }
-  if (varlen) {
-    return detail::for_each_sequence(p, checked, [&](const AttentionParams& sp, const AttentionTensors& st, std::int64_t q0) {
-      return same_dtype_attention(sp, st, compute, subtract_max, out + q0 * p.num_heads * p.head_dim);
+  if (detail::per_sequence_call(p)) {
+    return detail::for_each_sequence(p, checked, [&](const AttentionParams& sp, const AttentionTensors& st, std::int64_t row0) {
+      return same_dtype_attention(sp, st, compute, subtract_max, out + row0 * p.num_heads * p.head_dim);
     });
   }
   const std::int64_t B = p.batch, H = p.num_heads, Sq = p.seq_q, Skv = p.seq_kv, D = p.head_dim;

@@ -313,10 +313,20 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
   // of a batch when split-KV may supply the parallelism; else the most heads
   // that still leave an item per thread; at most 1024 rows (the scratch
   // holds them all).
-  std::int64_t longest_q = p.seq_q;
-  if (p.cu_seqlens_q && p.cu_seqlens_kv) {
-    longest_q = 0;
-    for (std::int64_t b = 0; b < p.batch; ++b) longest_q = std::max<std::int64_t>(longest_q, p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b]);
+  // A call with per-sequence lengths (cu_seqlens, seqlens_kv) runs one job
+  // per sequence: its longest query and key counts decide the packing and
+  // the chunk bounds.
+  const bool per_sequence = detail::per_sequence_call(p);
+  std::vector<AttentionParams> sequences;
+  std::int64_t longest_q = p.seq_q, longest_kv = p.seq_kv;
+  if (per_sequence) {
+    sequences.reserve(static_cast<std::size_t>(p.batch));
+    longest_q = longest_kv = 0;
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      sequences.push_back(detail::sequence_params(p, b));
+      longest_q = std::max(longest_q, sequences.back().seq_q);
+      longest_kv = std::max(longest_kv, sequences.back().seq_kv);
+    }
   }
   plan->pack_gqa = 1;
   // Short queries (decoding) are memory-bound: the build default splits them
@@ -325,9 +335,8 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
   const bool short_queries = version != Version::kFA1 && longest_q <= detail::kRowPathMaxRows;
   const int build_splits = detail::kSplitByDefault || short_queries ? kSplitsAuto : 1;
   if (short_queries) {
-    const bool varlen_call = p.cu_seqlens_q && p.cu_seqlens_kv;
     const bool splits_may_run =
-        !varlen_call && (p.num_splits == kSplitsAuto || p.num_splits > 1 || (p.num_splits == 0 && build_splits != 1));
+        p.num_splits == kSplitsAuto || p.num_splits > 1 || (p.num_splits == 0 && build_splits != 1);
     plan->pack_gqa = static_cast<int>(group);
     for (std::int64_t units_per_batch = 1; units_per_batch <= p.num_heads / group; ++units_per_batch) {
       const std::int64_t heads = p.num_heads / units_per_batch;
@@ -355,23 +364,48 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
                                 : version == Version::kFA3 ? 2
                                                            : 1;
   auto groups = [per_item](std::int64_t tiles) { return (tiles + per_item - 1) / per_item; };
+  auto q_tiles_of = [tq](std::int64_t rows) { return (rows + tq - 1) / tq; };
+  auto chunks = [](std::int64_t keys, std::int64_t chunk) { return keys > chunk ? (keys + chunk - 1) / chunk : 1; };
   std::int64_t unsplit_items = groups(q_tiles) * p.batch * units;
-  if (p.cu_seqlens_q && p.cu_seqlens_kv) {
+  if (per_sequence) {
     unsplit_items = 0;
-    for (std::int64_t b = 0; b < p.batch; ++b) {
-      unsplit_items += groups((p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] + tq - 1) / tq) * units;
-    }
+    for (const AttentionParams& sp : sequences) unsplit_items += groups(q_tiles_of(sp.seq_q)) * units;
   }
   int threads = want_threads;
   if (const int cap = max_threads_from_env(); cap > 0 && cap < threads) threads = cap;
+  // How evenly items fill the threads with chunks of `chunk` keys (a
+  // per-sequence call: one chunk size for every sequence).
+  auto occupancy_of = [&](std::int64_t chunk, int run_threads) {
+    if (run_threads <= 1) return 1.0;
+    if (!per_sequence) {
+      return simulate_occupancy(p, tq, tkv, q_tiles, per_item, static_cast<int>(chunks(p.seq_kv, chunk)), chunk,
+                                plan->pack_gqa, run_threads);
+    }
+    std::vector<double> busy(static_cast<std::size_t>(run_threads), 0.0);
+    double work = 0.0;
+    for (const AttentionParams& sp : sequences) {
+      add_items(sp, tq, tkv, q_tiles_of(sp.seq_q), per_item, static_cast<int>(chunks(sp.seq_kv, chunk)), chunk,
+                plan->pack_gqa, busy, work);
+    }
+    const double longest = *std::max_element(busy.begin(), busy.end());
+    return longest > 0 ? work / (double(run_threads) * longest) : 1.0;
+  };
 
-  // Split-KV: chunks of whole K/V tiles, at least FA_SPLIT_THRESHOLD keys.
-  // Auto splits only when the unsplit items would leave threads idle (the
-  // decoding case), aiming at two items per thread.
-  const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
+  // Split-KV: chunks of whole K/V tiles, at least FA_SPLIT_THRESHOLD keys
+  // when automatic.  One call splits only when its unsplit items would leave
+  // threads idle (the decoding case), aiming at two items per thread.  A
+  // call with per-sequence lengths whose queries fit one item each (decoding,
+  // speculative decoding, the tail of chunked prefill: the partials stay
+  // small) cuts every sequence into chunks of one size when its unsplit
+  // items would fill the threads less than 90%: about four chunks per
+  // thread, so the long sequences of a mixed batch spread over every core
+  // and the short ones stay whole.
   int want = p.num_splits != 0 ? p.num_splits : build_splits;
-  if (varlen || version == Version::kFA1) want = 1;  // sequences (FA1: heads) are the parallelism
-  if (want == kSplitsAuto) {
+  if (version == Version::kFA1) want = 1;  // heads are the parallelism
+  const std::int64_t kv_span = std::max<std::int64_t>(longest_kv, 1);
+  auto whole_tiles = [tkv](std::int64_t keys) { return (keys + tkv - 1) / tkv * tkv; };
+  std::int64_t split_keys = kv_span;
+  if (want == kSplitsAuto && !per_sequence) {
     want = 1;
     if (unsplit_items < threads) {
       const std::int64_t max_chunks = std::max<std::int64_t>(1, p.seq_kv / std::max(detail::kSplitThreshold, tkv));
@@ -379,32 +413,28 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
                                                       std::int64_t{kMaxSplits}}));
     }
   }
-  std::int64_t split_keys = p.seq_kv;
-  if (want > 1) {
-    const std::int64_t per = (p.seq_kv + want - 1) / want;
-    split_keys = (per + tkv - 1) / tkv * tkv;
+  if (want == kSplitsAuto) {  // a per-sequence call
+    if (threads > 1 && groups(q_tiles_of(longest_q)) == 1 && occupancy_of(kv_span, threads) < 0.9) {
+      double key_work = 0.0;  // keys x items, unsplit
+      for (const AttentionParams& sp : sequences) key_work += double(sp.seq_kv) * double(groups(q_tiles_of(sp.seq_q)) * units);
+      const std::int64_t chunk = static_cast<std::int64_t>(key_work / (4.0 * threads));
+      split_keys = std::min(kv_span, whole_tiles(std::max<std::int64_t>({chunk, detail::kSplitThreshold, tkv,
+                                                                         (kv_span + kMaxSplits - 1) / kMaxSplits})));
+    }
+  } else if (want > 1) {
+    split_keys = whole_tiles((kv_span + want - 1) / want);
   }
-  plan->num_splits = static_cast<int>((p.seq_kv + split_keys - 1) / split_keys);
+  plan->num_splits = static_cast<int>(chunks(kv_span, split_keys));
   plan->split_keys = split_keys;
-  plan->work_items = unsplit_items * plan->num_splits;
+  plan->work_items = 0;
+  if (per_sequence) {
+    for (const AttentionParams& sp : sequences) plan->work_items += groups(q_tiles_of(sp.seq_q)) * units * chunks(sp.seq_kv, split_keys);
+  } else {
+    plan->work_items = unsplit_items * plan->num_splits;
+  }
   if (plan->work_items < threads) threads = static_cast<int>(std::max<std::int64_t>(plan->work_items, 1));
   plan->threads = threads;
-  if (threads <= 1) {
-    plan->occupancy = 1.0;
-  } else if (varlen) {
-    std::vector<double> busy(static_cast<std::size_t>(threads), 0.0);
-    double work = 0.0;
-    for (std::int64_t b = 0; b < p.batch; ++b) {
-      const AttentionParams sp = detail::sequence_params(p, b);
-      add_items(sp, tq, tkv, (sp.seq_q + tq - 1) / tq, per_item, 1, std::max<std::int64_t>(sp.seq_kv, 1), plan->pack_gqa,
-                busy, work);
-    }
-    const double longest = *std::max_element(busy.begin(), busy.end());
-    plan->occupancy = longest > 0 ? work / (double(threads) * longest) : 1.0;
-  } else {
-    plan->occupancy =
-        simulate_occupancy(p, tq, tkv, q_tiles, per_item, plan->num_splits, split_keys, plan->pack_gqa, threads);
-  }
+  plan->occupancy = occupancy_of(split_keys, threads);
   if (plan->working_set_bytes > limit) {
     // Suggest the largest tile_q that fits with this tile_kv, else the
     // largest square-ish pair below the request.

@@ -2,7 +2,8 @@
 // of AttentionParams, and FA3 FP8 inputs too; FA1 takes what the 2022 algorithm had (every dtype,
 // layout, mask mode and GQA, the score modifiers and dropout) on its fixed
 // 64 x 64 tiles, and refuses what came later: variable-length batches,
-// split-KV and attention sinks.  The planner and the dispatcher both ask
+// split-KV, attention sinks and the KV-cache features (paged blocks,
+// per-sequence key counts).  The planner and the dispatcher both ask
 // here, so a tool refuses before it allocates and a library call before it
 // touches data.
 #include <string>
@@ -44,6 +45,7 @@ Status version_supports(Version version, const AttentionParams& p, DType dtype) 
   }
   if (p.sinks) return fa1_lacks("attention sinks");
   if (p.block_table) return fa1_lacks("a paged KV cache (block_table)");
+  if (p.seqlens_kv) return fa1_lacks("per-sequence key counts (seqlens_kv)");
   for (auto [name, tile] : {std::pair{"tile_q", p.tile_q}, std::pair{"tile_kv", p.tile_kv}}) {
     if (tile != 0 && tile != kTileAuto && tile != kFa1Tile) {
       return Status::Unsupported(std::string("FlashAttention-1 runs 64x64 tiles only (its kernel's fixed block); ") +

@@ -7,6 +7,7 @@
 
 #include "../../flash_attention/common/dtype_convert.h"
 #include "host_tensor.h"
+#include "paged_cache.h"
 
 namespace fa::cli {
 
@@ -49,10 +50,15 @@ std::string describe(const CaseSpec& s) {
   std::ostringstream out;
   out << dtype_name(s.dtype) << " " << (s.seq_lens_q.empty() ? layout_name(s.layout) : "TND") << " "
       << mask_mode_name(s.mask)
-      << " B=" << p.batch << " Sq=" << p.seq_q << " Skv=" << p.seq_kv << " H=" << p.num_heads
+      << " B=" << (s.cache_seqlens_kv.empty() ? p.batch : static_cast<std::int64_t>(s.cache_seqlens_kv.size())) << " Sq=" << p.seq_q << " Skv=" << p.seq_kv << " H=" << p.num_heads
       << " Hkv=" << p.kv_heads() << " D=" << p.head_dim << " tile=" << tile_text(p.tile_q, default_tile_q()) << "x"
       << tile_text(p.tile_kv, default_tile_kv()) << " threads=" << p.threads;
   if (s.input_scale != 1.0) out << " input_scale=" << s.input_scale;
+  if (!s.cache_seqlens_kv.empty()) {
+    out << " seqlens_kv=";
+    for (std::size_t i = 0; i < s.cache_seqlens_kv.size(); ++i) out << (i ? "," : "") << s.cache_seqlens_kv[i];
+  }
+  if (s.paged_block_size > 0) out << " paged(block=" << s.paged_block_size << ")";
   if (!s.seq_lens_q.empty()) {
     out << " varlen q=";
     for (std::size_t i = 0; i < s.seq_lens_q.size(); ++i) out << (i ? "," : "") << s.seq_lens_q[i];
@@ -86,6 +92,8 @@ Status case_supported(Version version, const CaseSpec& spec) {
   static const std::int32_t stand_in[1] = {0};  // only tested for presence
   static const float sink_stand_in[1] = {0.0f};
   if (!spec.seq_lens_q.empty()) p.cu_seqlens_q = p.cu_seqlens_kv = stand_in;
+  if (!spec.cache_seqlens_kv.empty()) p.seqlens_kv = stand_in;
+  if (spec.paged_block_size > 0) p.block_table = stand_in;
   if (spec.with_sinks) p.sinks = sink_stand_in;
   return version_supports(version, p, spec.dtype);
 }
@@ -105,6 +113,11 @@ CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
     p.cu_seqlens_kv = cu_kv.data();
     layout = Layout::kTND;
   }
+  std::vector<std::int32_t> seqlens_kv(spec.cache_seqlens_kv.begin(), spec.cache_seqlens_kv.end());
+  if (!seqlens_kv.empty()) {
+    p.batch = static_cast<std::int64_t>(seqlens_kv.size());
+    p.seqlens_kv = seqlens_kv.data();
+  }
   const std::int64_t B = varlen ? 1 : p.batch, H = p.num_heads, Hkv = p.kv_heads(), Sq = p.seq_q, Skv = p.seq_kv,
                      D = p.head_dim;
   const std::size_t es = dtype_size(spec.dtype);
@@ -114,6 +127,19 @@ CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
   fill_normal(q.data(), spec.dtype, B * H * Sq * D, spec.seed * 4 + 0, spec.input_scale);
   fill_normal(k.data(), spec.dtype, B * Hkv * Skv * D, spec.seed * 4 + 1, spec.input_scale);
   fill_normal(v.data(), spec.dtype, B * Hkv * Skv * D, spec.seed * 4 + 2, 1.0);
+  if (!seqlens_kv.empty()) {  // the cache past each sequence's keys: NaN, never to be read
+    const TensorView kv = make_view(nullptr, spec.dtype, layout, B, Hkv, Skv, D);
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int64_t h = 0; h < Hkv; ++h) {
+        for (std::int64_t j = seqlens_kv[static_cast<std::size_t>(b)]; j < Skv; ++j) {
+          for (std::int64_t d = 0; d < D; ++d) {
+            detail::store_from_f32(k.data(), spec.dtype, kv.offset(b, h, j, d), std::numeric_limits<float>::quiet_NaN());
+            detail::store_from_f32(v.data(), spec.dtype, kv.offset(b, h, j, d), std::numeric_limits<float>::quiet_NaN());
+          }
+        }
+      }
+    }
+  }
   // O starts as NaN so an element the kernel forgets to write shows up.
   for (std::int64_t i = 0; i < B * H * Sq * D; ++i) {
     detail::store_from_f32(o.data(), out_dtype, i, std::numeric_limits<float>::quiet_NaN());
@@ -171,6 +197,21 @@ CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
   t.q = make_view(q.data(), spec.dtype, layout, B, H, Sq, D);
   t.k = make_view(k.data(), spec.dtype, layout, B, Hkv, Skv, D);
   t.v = make_view(v.data(), spec.dtype, layout, B, Hkv, Skv, D);
+  PagedCache paged;
+  HostBuffer k_pool, v_pool;
+  if (spec.paged_block_size > 0) {
+    paged = make_paged_cache(B, Skv, spec.paged_block_size, spec.seed * 4 + 8, 2);
+    k_pool = scatter_to_pool(paged, t.k, layout, p.seqlens_kv);
+    v_pool = scatter_to_pool(paged, t.v, layout, p.seqlens_kv);
+    for (std::int64_t b = 0; b < B && p.seqlens_kv; ++b) {  // entries past a sequence's blocks are never read
+      for (std::int64_t n = (p.seqlens_kv[b] + paged.block_size - 1) / paged.block_size; n < paged.blocks_per_seq; ++n) {
+        paged.block_table[static_cast<std::size_t>(b * paged.blocks_per_seq + n)] = -1;
+      }
+    }
+    paged.bind(p);
+    t.k = make_view(k_pool.data(), spec.dtype, layout, 1, Hkv, paged.pool_tokens(), D);
+    t.v = make_view(v_pool.data(), spec.dtype, layout, 1, Hkv, paged.pool_tokens(), D);
+  }
   t.o = make_view(o.data(), out_dtype, layout, B, H, Sq, D);
   std::vector<float> lse(static_cast<std::size_t>(B * H * Sq), std::numeric_limits<float>::quiet_NaN());
   t.lse = lse.data();

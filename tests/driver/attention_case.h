@@ -32,6 +32,15 @@ struct CaseSpec {
   // Variable-length sequences (layout TND): lengths per sequence; when set,
   // params.batch / seq_q / seq_kv are derived from them.
   std::vector<int> seq_lens_q, seq_lens_kv;
+  // A KV cache of continuous batching: each sequence's key count
+  // (params.seqlens_kv; params.batch is their number, params.seq_kv the
+  // cache's capacity, at least the longest).  The keys past each count are
+  // NaN, so a kernel that reads one fails.
+  std::vector<int> cache_seqlens_kv;
+  // When > 0: K and V in a paged cache of blocks of this many tokens, in a
+  // random order (with cache_seqlens_kv, the table's entries past each
+  // sequence's last block are -1, which no kernel may read).
+  int paged_block_size = 0;
   // Also require the accuracy rule FlashAttention's tests use: our max error
   // at most twice that of a same-dtype attention (fa::same_dtype_attention).
   bool accuracy_rule = false;

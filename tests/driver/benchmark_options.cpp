@@ -33,6 +33,8 @@ std::vector<FlagSpec> benchmark_flags() {
       {"layout", K::kString, "BSH|BSND|BNSD|TND", "memory layout of the inputs (default BSH; TND needs --cu-seqlens-*)"},
       {"cu-seqlens-q", K::kString, "0,N1,N2,...", "TND: cumulative query lengths (sets --batch-size and --seq-q)"},
       {"cu-seqlens-kv", K::kString, "0,M1,M2,...", "TND: cumulative key lengths (sets --seq-kv)"},
+      {"seqlens-kv", K::kString, "M1,M2,...",
+       "keys of each sequence of a KV cache (continuous batching: sets --batch-size, and --seq-kv to the longest unless given)"},
       {"paged", K::kBool, "", "K/V in a paged cache: blocks of --block-size tokens in a random order, found through a block table"},
       {"block-size", K::kInt, "N", "--paged: tokens per block, a power of two from 16 to 512 (default 128)"},
       {"causal", K::kBool, "", "causal mask aligned bottom-right, no mask file needed (= --sparse-mode=3)"},
@@ -113,6 +115,26 @@ std::vector<float> parse_float_list(const std::string& text, const char* flag, c
   return out;
 }
 
+// "N1,N2,..." as token counts (0 ... 2^30), each accepted by `ok(value,
+// the counts before it)`; else one line naming --flag, the whole list and
+// `expected`.
+template <class Ok>
+std::vector<std::int32_t> parse_count_list(const std::string& text, const char* flag, const char* expected, Ok&& ok) {
+  std::vector<std::int32_t> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v > (1L << 30) || !ok(v, out)) {
+      throw UsageError(std::string("--") + flag + ": '" + text + "' is not " + expected);
+    }
+    out.push_back(static_cast<std::int32_t>(v));
+    pos = comma + 1;
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -174,21 +196,10 @@ BenchmarkOptions read_benchmark_options(const Args& a) {
       }
     }
     for (auto [flag, list] : {std::pair{"cu-seqlens-q", &o.cu_q}, std::pair{"cu-seqlens-kv", &o.cu_kv}}) {
-      const std::string text = a.str(flag);
-      std::size_t pos = 0;
-      while (pos <= text.size()) {
-        const std::size_t comma = std::min(text.find(',', pos), text.size());
-        const std::string item = text.substr(pos, comma - pos);
-        char* end = nullptr;
-        const long v = std::strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || v < 0 || v > (1L << 30) || (!list->empty() && v < list->back()) ||
-            (list->empty() && v != 0)) {
-          throw UsageError(std::string("--") + flag + ": '" + text +
-                           "' is not a non-decreasing list of token counts starting at 0 (e.g. 0,100,250)");
-        }
-        list->push_back(static_cast<std::int32_t>(v));
-        pos = comma + 1;
-      }
+      *list = parse_count_list(a.str(flag), flag, "a non-decreasing list of token counts starting at 0 (e.g. 0,100,250)",
+                               [](long v, const std::vector<std::int32_t>& before) {
+                                 return before.empty() ? v == 0 : v >= before.back();
+                               });
     }
     if (o.cu_q.size() != o.cu_kv.size() || o.cu_q.size() < 2) {
       throw UsageError("--cu-seqlens-q and --cu-seqlens-kv must list the same number (>= 1) of sequences");
@@ -197,6 +208,23 @@ BenchmarkOptions read_benchmark_options(const Args& a) {
     p.seq_q = o.cu_q.back();
     p.seq_kv = o.cu_kv.back();
     if (p.seq_q == 0 || p.seq_kv == 0) throw UsageError("--cu-seqlens-*: the totals must be positive");
+  }
+  if (a.has("seqlens-kv")) {
+    if (o.layout == fa::Layout::kTND) {
+      throw UsageError("--seqlens-kv: not with --layout=TND (give the key counts in --cu-seqlens-kv)");
+    }
+    if (a.has("batch-size")) throw UsageError("--batch-size: set by --seqlens-kv (give one)");
+    o.seqlens_kv = parse_count_list(a.str("seqlens-kv"), "seqlens-kv", "a list of key counts (e.g. 100,4096,32768)",
+                                    [](long, const std::vector<std::int32_t>&) { return true; });
+    const std::int64_t longest = *std::max_element(o.seqlens_kv.begin(), o.seqlens_kv.end());
+    p.batch = static_cast<std::int64_t>(o.seqlens_kv.size());
+    if (!a.has("seq-kv")) {
+      if (longest == 0) throw UsageError("--seqlens-kv: every sequence is empty (give --seq-kv for the cache's size)");
+      p.seq_kv = longest;
+    } else if (longest > p.seq_kv) {
+      throw UsageError("--seqlens-kv: " + std::to_string(longest) + " keys do not fit the cache's --seq-kv=" +
+                       std::to_string(p.seq_kv));
+    }
   }
   o.paged = a.flag("paged");
   if (a.has("block-size") && !o.paged) throw UsageError("--block-size: applies to --paged only");
@@ -326,6 +354,7 @@ void bind_pointers(BenchmarkOptions& o) {
     p.cu_seqlens_q = o.cu_q.data();
     p.cu_seqlens_kv = o.cu_kv.data();
   }
+  if (!o.seqlens_kv.empty()) p.seqlens_kv = o.seqlens_kv.data();
 }
 
 }  // namespace fa::cli

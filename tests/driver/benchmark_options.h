@@ -29,6 +29,7 @@ struct BenchmarkOptions {
   std::vector<float> descale[3];  // Q, K, V (FP8); p.descale_* point here
   std::vector<float> alibi;  // per head; p.alibi_slopes points here
   std::vector<std::int32_t> cu_q, cu_kv;  // TND; p.cu_seqlens_* point here
+  std::vector<std::int32_t> seqlens_kv;   // per-sequence keys of the cache; p.seqlens_kv points here
   bool paged = false;                     // K/V moved into a paged pool (the benchmark builds the table)
   int block_size = 128;
   std::string bias_path;
@@ -42,7 +43,7 @@ std::vector<std::pair<int, int>> parse_tile_list(const std::string& text);
 // Every flag's value, checked; a bad one throws one UsageError line.
 BenchmarkOptions read_benchmark_options(const Args& a);
 // Points the params at the option lists (sinks, ALiBi slopes, descale
-// factors, cu_seqlens) the options own: call after the options stop moving.
+// factors, cu_seqlens, seqlens_kv) the options own: call after the options stop moving.
 void bind_pointers(BenchmarkOptions& o);
 
 }  // namespace fa::cli

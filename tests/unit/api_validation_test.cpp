@@ -266,6 +266,68 @@ TEST_F(PagedValidation, NotWithVariableLengths) {
   expect_invalid("a paged KV cache (block_table) does not combine with cu_seqlens");
 }
 
+// Per-sequence key counts (seqlens_kv) of a contiguous cache of 16 keys,
+// and of the paged one above.
+class SeqlensKvValidation : public ApiValidation {
+ protected:
+  void SetUp() override {
+    p.batch = 2;
+    p.seq_q = 1;
+    p.seq_kv = 16;
+    p.num_heads = 2;
+    p.head_dim = 16;
+    rebuild();
+    p.seqlens_kv = lengths;
+  }
+  std::int32_t lengths[2] = {16, 3};
+};
+
+TEST_F(SeqlensKvValidation, AcceptsTheBaseline) { EXPECT_TRUE(fa::cli::kForward(p, t).ok()); }
+
+TEST_F(SeqlensKvValidation, CountOutsideTheCache) {
+  lengths[1] = 17;
+  expect_invalid("seqlens_kv[1] = 17 is outside the cache (expected 0 ... seq_kv = 16)");
+  lengths[1] = -1;
+  expect_invalid("seqlens_kv[1] = -1 is outside the cache");
+}
+
+TEST_F(SeqlensKvValidation, NotWithVariableLengthsMaskOrBias) {
+  const std::int32_t cu[3] = {0, 1, 2};
+  p.cu_seqlens_q = cu;
+  p.cu_seqlens_kv = cu;
+  expect_invalid("seqlens_kv does not combine with cu_seqlens");
+  p.cu_seqlens_q = p.cu_seqlens_kv = nullptr;
+  const std::vector<std::int8_t> mask(16, 1);
+  p.mask = mask.data();
+  expect_invalid("per-sequence key counts (seqlens_kv) do not combine with an explicit mask or a bias tensor");
+}
+
+TEST_F(SeqlensKvValidation, FlashAttention1RefusesIt) {
+  const fa::Status s = fa::version_supports(fa::Version::kFA1, p, fa::DType::kF32);
+  EXPECT_EQ(s.code(), fa::StatusCode::kUnsupported);
+  EXPECT_NE(s.message().find("per-sequence key counts"), std::string::npos) << s.message();
+}
+
+// A paged cache with per-sequence counts reads only each sequence's blocks:
+// the table's entries past them may hold anything (here -1), and the call
+// runs; an entry a sequence does read is still checked.
+TEST_F(PagedValidation, EntriesPastASequencesBlocksAreNotRead) {
+  std::int32_t lengths[2] = {16, 0};
+  std::int32_t wide_table[4] = {3, -1, -1, -1};
+  p.block_table = wide_table;
+  p.max_blocks_per_seq = 2;
+  p.seqlens_kv = lengths;
+  p.seq_kv = 32;
+  if (fa::cli::kVersion == fa::Version::kFA1) {
+    EXPECT_EQ(fa::cli::kForward(p, t).code(), fa::StatusCode::kUnsupported);
+    return;
+  }
+  const fa::Status s = fa::cli::kForward(p, t);
+  EXPECT_TRUE(s.ok()) << s.message();
+  lengths[1] = 1;
+  expect_invalid("block_table[1][0] = -1 is outside the pool of 4 blocks");
+}
+
 TEST_F(PagedValidation, FlashAttention1RefusesIt) {
   const fa::Status s = fa::version_supports(fa::Version::kFA1, p, fa::DType::kF32);
   EXPECT_EQ(s.code(), fa::StatusCode::kUnsupported);

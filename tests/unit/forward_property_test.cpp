@@ -14,6 +14,7 @@
 
 #include "driver/attention_case.h"
 #include "driver/host_tensor.h"
+#include "driver/paged_cache.h"
 #include "driver/version_entry.h"
 #include "common/dropout.h"
 #include "common/dtype_convert.h"
@@ -72,6 +73,14 @@ CaseSpec random_case(DType dtype, std::uint32_t seed) {
     }
     p.num_splits = 1;
     if (p.sparse_mode == fa::SparseMode::kMaskAndBand) p.sparse_mode = fa::SparseMode::kBand;  // no mask here
+  } else if (pick(0, 3) == 0 && (c.mask == MaskMode::kNone || c.mask == MaskMode::kCausal) && c.bias_heads == 0) {
+    // A KV cache of per-sequence key counts, paged or not.
+    for (std::int64_t b = 0; b < p.batch; ++b) c.cache_seqlens_kv.push_back(pick(0, static_cast<int>(p.seq_kv)));
+    if (pick(0, 1)) {
+      c.paged_block_size = 16 << pick(0, 2);
+      p.tile_kv = std::min(p.tile_kv, c.paged_block_size);  // a K/V tile lies in one block
+    }
+    if (p.sparse_mode == fa::SparseMode::kMaskAndBand) p.sparse_mode = fa::SparseMode::kBand;
   }
   return c;
 }
@@ -167,6 +176,7 @@ TEST_P(MatrixUnitShapes, MatchesFloat64Reference) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   c.params.head_dim = 32 * pick(1, 8);
   c.params.tile_kv = 32 << pick(0, 3);
+  if (c.paged_block_size > 0) c.paged_block_size = std::max(c.paged_block_size, c.params.tile_kv);  // a tile in one block
   if (isa == fa::Isa::kAmx || (isa == fa::Isa::kAvx512Bf16 && dtype == DType::kBF16)) {
     EXPECT_TRUE(fa::uses_matrix_unit(isa, dtype, c.params.head_dim));
   }
@@ -621,88 +631,144 @@ TEST_P(EdgeCases, PackedShortQueriesDoNotDependOnThePacking) {
   }
 }
 
+// Inputs stored in a dtype, and a call on them: for tests that compare two
+// calls on the same data bit for bit.
+struct StoredCall {
+  fa::cli::HostBuffer q, k, v, o;
+  std::vector<float> lse;
+  fa::AttentionTensors t;
+
+  StoredCall(const fa::AttentionParams& p, DType dtype, Layout layout, std::uint64_t seed) {
+    const std::int64_t D = p.head_dim, nq = p.batch * p.seq_q * p.num_heads * D, nkv = p.batch * p.seq_kv * p.kv_heads() * D;
+    q = stored(normal(static_cast<std::size_t>(nq), seed, 1), dtype);
+    k = stored(normal(static_cast<std::size_t>(nkv), seed + 1, 1), dtype);
+    v = stored(normal(static_cast<std::size_t>(nkv), seed + 2, 1), dtype);
+    o = fa::cli::HostBuffer(q.bytes());
+    lse.assign(static_cast<std::size_t>(p.batch * p.num_heads * p.seq_q), 0.0f);
+    t.q = fa::make_view(q.data(), dtype, layout, p.batch, p.num_heads, p.seq_q, D);
+    t.k = fa::make_view(k.data(), dtype, layout, p.batch, p.kv_heads(), p.seq_kv, D);
+    t.v = fa::make_view(v.data(), dtype, layout, p.batch, p.kv_heads(), p.seq_kv, D);
+    t.o = fa::make_view(o.data(), dtype, Layout::kBSH, p.batch, p.num_heads, p.seq_q, D);
+    t.lse = lse.data();
+  }
+  static fa::cli::HostBuffer stored(const std::vector<float>& x, DType dtype) {
+    fa::cli::HostBuffer buf(x.size() * fa::dtype_size(dtype));
+    for (std::size_t i = 0; i < x.size(); ++i) fa::detail::store_from_f32(buf.data(), dtype, i, x[i]);
+    return buf;
+  }
+};
+
 // A paged KV cache gives the bits of the same keys stored contiguously:
 // decoding, short and long queries, two block sizes (the K/V tile one block,
 // and a quarter of one), blocks in random orders, head-interleaved and
-// head-major pools; LSE too.  FA1 refuses it.
+// head-major pools, with and without per-sequence key counts; LSE too.  FA1
+// refuses it.
 TEST_P(EdgeCases, PagedCacheEqualsContiguousBitForBit) {
-  std::mt19937_64 rng(2024);
+  std::uint64_t seed = 2024;
+  const std::int32_t lengths[2] = {300, 113};
   for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
     for (std::int64_t seq_q : {1, 3, 70}) {
       for (int block : {16, 64}) {
-        fa::AttentionParams p;
-        p.batch = 2;
-        p.seq_q = seq_q;
-        p.seq_kv = 300;
-        p.num_heads = 8;
-        p.num_kv_heads = 2;
-        p.head_dim = 32;
-        p.causal = true;
-        p.tile_q = 32;
-        p.tile_kv = 16;  // the same plan for both calls (a paged call's tiles must fit a block)
-        p.isa = isa();
-        const std::int64_t Hkv = 2, D = 32, per_seq = (p.seq_kv + block - 1) / block, blocks = p.batch * per_seq + 3;
-        const auto q = normal(p.batch * seq_q * p.num_heads * D, 31, 1);
-        const auto k = normal(p.batch * p.seq_kv * Hkv * D, 32, 1), v = normal(p.batch * p.seq_kv * Hkv * D, 33, 1);
-        const std::size_t es = fa::dtype_size(dtype());
-        auto stored = [&](const std::vector<float>& x) {
-          fa::cli::HostBuffer buf(x.size() * es);
-          for (std::size_t i = 0; i < x.size(); ++i) fa::detail::store_from_f32(buf.data(), dtype(), i, x[i]);
-          return buf;
-        };
-        fa::cli::HostBuffer qb = stored(q), kb = stored(k), vb = stored(v);
-        // The pool: the blocks in a random order, three spare ones left zero.
-        std::vector<std::int32_t> order(static_cast<std::size_t>(blocks));
-        std::iota(order.begin(), order.end(), 0);
-        std::shuffle(order.begin(), order.end(), rng);
-        const std::int64_t pool_tokens = blocks * block;
-        fa::cli::HostBuffer kpool(static_cast<std::size_t>(pool_tokens * Hkv * D) * es), vpool(kpool.bytes());
-        std::memset(kpool.data(), 0, kpool.bytes());
-        std::memset(vpool.data(), 0, vpool.bytes());
-        const fa::TensorView kc = fa::make_view(kb.data(), dtype(), layout, p.batch, Hkv, p.seq_kv, D);
-        const fa::TensorView vc = fa::make_view(vb.data(), dtype(), layout, p.batch, Hkv, p.seq_kv, D);
-        const fa::TensorView kp = fa::make_view(kpool.data(), dtype(), layout, 1, Hkv, pool_tokens, D);
-        const fa::TensorView vp = fa::make_view(vpool.data(), dtype(), layout, 1, Hkv, pool_tokens, D);
-        for (std::int64_t b = 0; b < p.batch; ++b) {
-          for (std::int64_t j = 0; j < p.seq_kv; ++j) {
-            const std::int64_t token = std::int64_t(order[b * per_seq + j / block]) * block + j % block;
-            for (std::int64_t h = 0; h < Hkv; ++h) {
-              std::memcpy(static_cast<char*>(kpool.data()) + kp.offset(0, h, token, 0) * es,
-                          static_cast<char*>(kb.data()) + kc.offset(b, h, j, 0) * es, D * es);
-              std::memcpy(static_cast<char*>(vpool.data()) + vp.offset(0, h, token, 0) * es,
-                          static_cast<char*>(vb.data()) + vc.offset(b, h, j, 0) * es, D * es);
-            }
+        for (bool own_lengths : {false, true}) {
+          fa::AttentionParams p;
+          p.batch = 2;
+          p.seq_q = seq_q;
+          p.seq_kv = 300;
+          p.num_heads = 8;
+          p.num_kv_heads = 2;
+          p.head_dim = 32;
+          p.causal = true;
+          p.tile_q = 32;
+          p.tile_kv = 16;  // the same plan for both calls (a paged call's tiles must fit a block)
+          p.isa = isa();
+          if (own_lengths) p.seqlens_kv = lengths;
+          StoredCall contiguous(p, dtype(), layout, 31);
+          // The pool: the blocks in a random order, three spare ones left zero.
+          const fa::cli::PagedCache cache = fa::cli::make_paged_cache(p.batch, p.seq_kv, block, ++seed, 3);
+          fa::AttentionParams paged = p;
+          cache.bind(paged);
+          StoredCall pooled(p, dtype(), layout, 31);
+          fa::cli::HostBuffer kpool = fa::cli::scatter_to_pool(cache, contiguous.t.k, layout, p.seqlens_kv);
+          fa::cli::HostBuffer vpool = fa::cli::scatter_to_pool(cache, contiguous.t.v, layout, p.seqlens_kv);
+          pooled.t.k = fa::make_view(kpool.data(), dtype(), layout, 1, 2, cache.pool_tokens(), 32);
+          pooled.t.v = fa::make_view(vpool.data(), dtype(), layout, 1, 2, cache.pool_tokens(), 32);
+          if (kFa1) {
+            EXPECT_EQ(fa::cli::kForward(paged, pooled.t).code(), fa::StatusCode::kUnsupported);
+            return;
           }
+          ASSERT_TRUE(fa::cli::kForward(p, contiguous.t).ok());
+          const fa::Status s = fa::cli::kForward(paged, pooled.t);
+          ASSERT_TRUE(s.ok()) << s.message();
+          const std::string where = std::string(fa::layout_name(layout)) + " seq_q " + std::to_string(seq_q) +
+                                    " block " + std::to_string(block) + (own_lengths ? " seqlens_kv" : "");
+          EXPECT_EQ(0, std::memcmp(contiguous.o.data(), pooled.o.data(), contiguous.o.bytes())) << where;
+          EXPECT_EQ(0, std::memcmp(contiguous.lse.data(), pooled.lse.data(), contiguous.lse.size() * sizeof(float))) << where;
         }
-        fa::cli::HostBuffer oc(q.size() * es), op(q.size() * es);
-        std::vector<float> lse_c(static_cast<std::size_t>(p.batch * p.num_heads * seq_q)), lse_p(lse_c.size());
-        fa::AttentionTensors t;
-        t.q = fa::make_view(qb.data(), dtype(), layout, p.batch, p.num_heads, seq_q, D);
-        t.k = kc;
-        t.v = vc;
-        t.o = fa::make_view(oc.data(), dtype(), Layout::kBSH, p.batch, p.num_heads, seq_q, D);
-        t.lse = lse_c.data();
-        fa::AttentionParams paged = p;
-        paged.block_table = order.data();
-        paged.max_blocks_per_seq = per_seq;
-        paged.block_size = block;
-        paged.kv_num_blocks = blocks;
-        fa::AttentionTensors tp = t;
-        tp.k = kp;
-        tp.v = vp;
-        tp.o = fa::make_view(op.data(), dtype(), Layout::kBSH, p.batch, p.num_heads, seq_q, D);
-        tp.lse = lse_p.data();
-        if (kFa1) {
-          EXPECT_EQ(fa::cli::kForward(paged, tp).code(), fa::StatusCode::kUnsupported);
-          return;
-        }
-        ASSERT_TRUE(fa::cli::kForward(p, t).ok());
-        const fa::Status s = fa::cli::kForward(paged, tp);
-        ASSERT_TRUE(s.ok()) << s.message();
+      }
+    }
+  }
+}
+
+// Per-sequence key counts (seqlens_kv) give each sequence the bits of a call
+// of its own over its keys: decoding, speculative rows and a tile-path
+// chunk, GQA, causal, both layouts, unsplit (a split call's chunks would
+// differ from the single call's); an empty sequence writes zeros and an LSE
+// of -inf.  FA1 refuses it.
+TEST_P(EdgeCases, SeqlensKvEqualsOneCallPerSequence) {
+  const std::int32_t lengths[4] = {45, 0, 300, 129};
+  for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
+    for (std::int64_t seq_q : {1, 5, 40}) {
+      fa::AttentionParams p;
+      p.batch = 4;
+      p.seq_q = seq_q;
+      p.seq_kv = 300;
+      p.num_heads = 6;
+      p.num_kv_heads = 2;
+      p.head_dim = 48;
+      p.causal = true;
+      p.tile_q = 16;
+      p.tile_kv = 32;
+      p.num_splits = 1;
+      p.isa = isa();
+      p.seqlens_kv = lengths;
+      StoredCall batched(p, dtype(), layout, 41);
+      if (kFa1) {
+        EXPECT_EQ(fa::cli::kForward(p, batched.t).code(), fa::StatusCode::kUnsupported);
+        return;
+      }
+      const fa::Status s = fa::cli::kForward(p, batched.t);
+      ASSERT_TRUE(s.ok()) << s.message();
+      const std::size_t es = fa::dtype_size(dtype()), rows = static_cast<std::size_t>(seq_q * p.num_heads);
+      const std::size_t o_bytes = rows * static_cast<std::size_t>(p.head_dim) * es;
+      for (std::int64_t b = 0; b < p.batch; ++b) {
         const std::string where = std::string(fa::layout_name(layout)) + " seq_q " + std::to_string(seq_q) +
-                                  " block " + std::to_string(block);
-        EXPECT_EQ(0, std::memcmp(oc.data(), op.data(), oc.bytes())) << where;
-        EXPECT_EQ(0, std::memcmp(lse_c.data(), lse_p.data(), lse_c.size() * sizeof(float))) << where;
+                                  " sequence " + std::to_string(b);
+        const char* o_b = static_cast<const char*>(batched.o.data()) + b * o_bytes;
+        const float* lse_b = batched.lse.data() + b * rows;
+        if (lengths[b] == 0) {
+          for (std::size_t i = 0; i < o_bytes; ++i) ASSERT_EQ(o_b[i], 0) << where;
+          for (std::size_t i = 0; i < rows; ++i) EXPECT_EQ(lse_b[i], -std::numeric_limits<float>::infinity()) << where;
+          continue;
+        }
+        // The same sequence alone: views of batch entry b, cut to its keys.
+        fa::AttentionParams one = p;
+        one.batch = 1;
+        one.seq_kv = lengths[b];
+        one.seqlens_kv = nullptr;
+        fa::AttentionTensors t = batched.t;
+        for (fa::TensorView* view : {&t.q, &t.k, &t.v}) {
+          view->data = static_cast<char*>(view->data) + b * view->strides[0] * static_cast<std::int64_t>(es);
+          view->shape[0] = 1;
+        }
+        t.k.shape[2] = t.v.shape[2] = lengths[b];
+        fa::cli::HostBuffer o(o_bytes);
+        std::vector<float> lse(rows);
+        t.o = fa::make_view(o.data(), dtype(), Layout::kBSH, 1, p.num_heads, seq_q, p.head_dim);
+        t.lse = lse.data();
+        const fa::Status alone = fa::cli::kForward(one, t);
+        ASSERT_TRUE(alone.ok()) << alone.message();
+        EXPECT_EQ(0, std::memcmp(o.data(), o_b, o_bytes)) << where;
+        EXPECT_EQ(0, std::memcmp(lse.data(), lse_b, rows * sizeof(float))) << where;
       }
     }
   }

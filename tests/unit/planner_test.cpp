@@ -179,3 +179,37 @@ TEST(Planner, ThreadCapAndOccupancy) {
 }
 
 }  // namespace
+
+namespace {
+
+// Continuous batching: 16 decoding sequences of 1682 to 31159 keys (drawn
+// from 100 ... 32768) on 16 threads.  Unsplit, the longest sequence keeps
+// one thread busy while the rest idle; split into chunks of one size the
+// items fill the threads, and each sequence is cut only as far as it is
+// long.
+TEST(Planner, MixedLengthDecodingBatchFillsTheThreads) {
+  const std::int32_t lengths[16] = {10711, 31159, 5043, 13037, 21429, 1682, 2473, 27011,
+                                    17659, 3184,  12082, 19196, 2000,  29909, 16727, 7135};
+  fa::AttentionParams p;
+  p.batch = 16;
+  p.seq_q = 1;
+  p.seq_kv = 32768;
+  p.num_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim = 128;
+  p.threads = 16;
+  p.seqlens_kv = lengths;
+  fa::TilePlan plan;
+  ASSERT_TRUE(fa::plan(fa::Version::kFA2, p, fa::DType::kF16, &plan).ok());
+  EXPECT_GE(plan.occupancy, 0.9);
+  EXPECT_GT(plan.num_splits, 1);
+  EXPECT_EQ(plan.num_splits, (31159 + plan.split_keys - 1) / plan.split_keys);  // the longest sequence's
+  EXPECT_EQ(plan.threads, 16);
+  p.num_splits = 1;
+  fa::TilePlan unsplit;
+  ASSERT_TRUE(fa::plan(fa::Version::kFA2, p, fa::DType::kF16, &unsplit).ok());
+  EXPECT_EQ(unsplit.num_splits, 1);
+  EXPECT_LT(unsplit.occupancy, 0.6);
+}
+
+}  // namespace

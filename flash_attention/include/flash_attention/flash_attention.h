@@ -185,7 +185,8 @@ struct FA_API AttentionParams {
   // [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and keys likewise.  int32
   // [batch + 1], starting at 0, non-decreasing, ending at the totals.  Masks
   // and windows apply per sequence; the LSE is [1, heads, total_q].  Not
-  // combined with an explicit mask, a bias tensor or split-KV.
+  // combined with an explicit mask or a bias tensor.  Split-KV cuts every
+  // sequence into chunks of one size (num_splits caps the longest's).
   const std::int32_t* cu_seqlens_q = nullptr;
   const std::int32_t* cu_seqlens_kv = nullptr;
   // Paged KV cache (the layout of vLLM and of the Ascend operator): K and V
@@ -193,7 +194,8 @@ struct FA_API AttentionParams {
   // from 16 to 512), and block_table[b * max_blocks_per_seq + n] (int32,
   // [batch, max_blocks_per_seq]) names the pool block holding tokens
   // [n * block_size, (n + 1) * block_size) of sequence b.  Every sequence has
-  // seq_kv keys (per-sequence lengths: not yet).  The K and V views describe
+  // seq_kv keys, or with seqlens_kv its own count (the entries past its last
+  // block are not read).  The K and V views describe
   // the pool as one sequence, [1, num_kv_heads, kv_num_blocks * block_size,
   // head_dim] in any layout (BSH: vLLM's [blocks, block_size, heads,
   // head_dim]).  Results equal those of the same keys stored contiguously,
@@ -202,6 +204,17 @@ struct FA_API AttentionParams {
   std::int64_t max_blocks_per_seq = 0;
   std::int64_t block_size = 0;
   std::int64_t kv_num_blocks = 0;
+  // Per-sequence key counts of a KV cache (continuous batching): int32
+  // [batch], sequence b attends its first seqlens_kv[b] keys (0 ... seq_kv)
+  // of a contiguous cache [batch, num_kv_heads, seq_kv, head_dim] (seq_kv is
+  // then its capacity) or of a paged one.  Causal masks and windows align to
+  // each sequence's own length (its last query sees its last key); each
+  // sequence gets its own dropout pattern, as with cu_seqlens.  Long
+  // sequences are split across threads (split-KV, chunks of one size for
+  // the whole batch), so a batch of mixed lengths keeps every core busy.
+  // Null = every sequence has seq_kv keys.  Not combined with cu_seqlens, an
+  // explicit mask or a bias tensor.
+  const std::int32_t* seqlens_kv = nullptr;
   // Attention sinks: one logit per query head (in the units of the scaled
   // scores) that takes part in every row's softmax denominator; null = none.
   const float* sinks = nullptr;
@@ -283,7 +296,9 @@ FA_API std::size_t fa3_workspace_bytes(const AttentionParams& params, DType dtyp
 FA_API std::size_t cached_workspace_bytes();
 FA_API void release_cached_workspace();
 
-// Number of (query, key) pairs that may attend, per (batch, head).
+// Number of (query, key) pairs that may attend, per (batch, head); for a
+// call with per-sequence lengths (cu_seqlens, seqlens_kv), per head, summed
+// over its sequences.
 FA_API std::int64_t attended_pairs(const AttentionParams& params);
 
 // Threads a call with params.threads == 0 uses: the size of the library's
@@ -389,7 +404,9 @@ struct TilePlan {
   // How evenly the items fill the threads: total work / (threads x the
   // longest thread's work), from the scheduler's own order (longest first).
   double occupancy = 0.0;
-  int num_splits = 1;                 // K/V chunks per (batch, head, Q tile)
+  int num_splits = 1;                 // K/V chunks per (batch, head, Q tile); the
+                                      // longest sequence's in a call with
+                                      // per-sequence lengths (cu_seqlens, seqlens_kv)
   std::int64_t split_keys = 0;        // keys per chunk (a multiple of tile_kv)
   // Query heads one work item holds (1 = none).  Short queries (decoding,
   // at most 4 rows) pack every head of a batch, so each K/V tile is read
