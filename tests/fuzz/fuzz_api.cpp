@@ -1,7 +1,8 @@
 // libFuzzer harness: the public API's validation and the calls behind it.
 // Random AttentionParams (sizes up to overflowing 64 bits, negative ones,
 // NaN and Inf scales, bad enum values, masks, biases, sinks, ALiBi slopes,
-// cu_seqlens lists, descale factors of any count) and tensor views (any
+// cu_seqlens lists, per-sequence key counts, paged-cache block tables,
+// descale factors of any count) and tensor views (any
 // dtype, layout or random strides, null data, mismatched shapes) go to
 // validate, version_supports, plan for every version and workspace_bytes;
 // when validate accepts and the tensors are small, to fa2_forward on real
@@ -179,6 +180,35 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     p.cu_seqlens_q = cu_q.data();
     p.cu_seqlens_kv = f.ConsumeIntegralInRange<int>(0, 20) == 0 ? nullptr : cu_kv.data();
   }
+  // A KV cache's per-sequence key counts (in range, mostly) and a paged
+  // cache: a block size (valid or not), a table whose entries may point
+  // outside the pool, and a pool view that may not hold every block.
+  std::vector<std::int32_t> seqlens, table;
+  if (p.batch > 0 && p.batch <= 64 && f.ConsumeBool()) {
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      seqlens.push_back(f.ConsumeIntegralInRange<int>(0, 20) == 0
+                            ? f.ConsumeIntegralInRange<std::int32_t>(-3, 1000)
+                            : static_cast<std::int32_t>(f.ConsumeIntegralInRange<std::int64_t>(0, std::min<std::int64_t>(
+                                                                                                     p.seq_kv > 0 ? p.seq_kv : 0, 1000))));
+    }
+    p.seqlens_kv = seqlens.data();
+  }
+  std::int64_t pool_tokens = -1;
+  if (p.batch > 0 && p.batch <= 64 && f.ConsumeBool()) {
+    const std::int64_t sizes[] = {16, 32, 64, 24, 8, 1024, 0};
+    p.block_size = sizes[f.ConsumeIntegralInRange<int>(0, 6)];
+    p.max_blocks_per_seq = f.ConsumeIntegralInRange<std::int64_t>(-1, 8);
+    p.kv_num_blocks = f.ConsumeIntegralInRange<std::int64_t>(-1, 12);
+    const std::int64_t entries = p.batch * std::max<std::int64_t>(p.max_blocks_per_seq, 0);
+    for (std::int64_t i = 0; i < entries; ++i) {
+      table.push_back(f.ConsumeIntegralInRange<int>(0, 20) == 0 ? f.ConsumeIntegralInRange<std::int32_t>(-2, 40)
+                                                                 : f.ConsumeIntegralInRange<std::int32_t>(
+                                                                       0, static_cast<std::int32_t>(std::max<std::int64_t>(p.kv_num_blocks - 1, 0))));
+    }
+    p.block_table = table.empty() ? nullptr : table.data();
+    pool_tokens = f.ConsumeIntegralInRange<int>(0, 10) == 0 ? f.ConsumeIntegralInRange<std::int64_t>(0, 300)
+                                                            : std::max<std::int64_t>(p.kv_num_blocks, 0) * p.block_size;
+  }
   const fa::DType dtype = enum_value<fa::DType>(f, 4);
   if (small_heads && f.ConsumeBool()) {
     const float* const* targets[3] = {&p.descale_q, &p.descale_k, &p.descale_v};
@@ -195,8 +225,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool varlen = p.cu_seqlens_q != nullptr;
   const std::int64_t view_batch = varlen ? 1 : p.batch, kv_heads = p.num_kv_heads > 0 ? p.num_kv_heads : p.num_heads;
   Tensor q = make_tensor(f, dtype, view_batch, p.num_heads, p.seq_q, p.head_dim);
-  Tensor k = make_tensor(f, dtype, view_batch, kv_heads, p.seq_kv, p.head_dim);
-  Tensor v = make_tensor(f, dtype, view_batch, kv_heads, p.seq_kv, p.head_dim);
+  const std::int64_t kv_batch = pool_tokens >= 0 ? 1 : view_batch, kv_seq = pool_tokens >= 0 ? pool_tokens : p.seq_kv;
+  Tensor k = make_tensor(f, dtype, kv_batch, kv_heads, kv_seq, p.head_dim);
+  Tensor v = make_tensor(f, dtype, kv_batch, kv_heads, kv_seq, p.head_dim);
   const fa::DType out = fa::is_fp8(dtype) ? enum_value<fa::DType>(f, 4) : dtype;
   Tensor o = make_tensor(f, out, view_batch, p.num_heads, p.seq_q, p.head_dim);
   std::vector<float> lse;
