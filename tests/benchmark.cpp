@@ -425,6 +425,42 @@ int run(int argc, char** argv) {
   }
   if (!o.output.empty()) fa::cli::write_atomic(o.output, os[0].data(), o_bytes, "output");
 
+  // --append: the call's new tokens (seq_q per sequence, the last positions
+  // of its keys) written into set 0's cache with append_kv_cache, timed like
+  // the call (after the check, which read that cache).
+  std::vector<double> append_ms;
+  std::int64_t append_tokens = 0;
+  if (o.append) {
+    append_tokens = B * Sq;
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(append_tokens));
+    for (std::int64_t b = 0; b < B; ++b) {
+      const std::int64_t keys = p.seqlens_kv ? p.seqlens_kv[b] : Skv;
+      for (std::int64_t i = 0; i < Sq; ++i) {
+        const std::int64_t pos = keys - Sq + i;
+        std::int64_t& slot = slots[static_cast<std::size_t>(b * Sq + i)];
+        slot = pos < 0 ? -1  // fewer keys than new tokens: skipped
+               : p.block_table ? std::int64_t(paged.block_table[b * paged.blocks_per_seq + pos / paged.block_size]) *
+                                         paged.block_size + pos % paged.block_size
+                               : b * Skv + pos;
+      }
+    }
+    fa::cli::HostBuffer k_new(static_cast<std::size_t>(append_tokens * Hkv * D) * es), v_new(k_new.bytes());
+    fa::cli::fill_normal(k_new.data(), o.dtype, append_tokens * Hkv * D, o.seed * 3 + 7, 1.0);
+    fa::cli::fill_normal(v_new.data(), o.dtype, append_tokens * Hkv * D, o.seed * 3 + 8, 1.0);
+    const fa::TensorView kn = fa::make_view(k_new.data(), o.dtype, o.layout, 1, Hkv, append_tokens, D);
+    const fa::TensorView vn = fa::make_view(v_new.data(), o.dtype, o.layout, 1, Hkv, append_tokens, D);
+    const fa::AttentionTensors cache = tensors_for(0);
+    for (int r = 0; r < o.warmup_runs + o.num_runs; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      const fa::Status status = fa::append_kv_cache(kn, vn, slots.data(), cache.k, cache.v, p.threads);
+      const auto stop = std::chrono::steady_clock::now();
+      if (!status.ok()) throw UsageError(status.message());
+      if (r >= o.warmup_runs) append_ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+    }
+    std::sort(append_ms.begin(), append_ms.end());
+  }
+  const double append_median = append_ms.empty() ? 0.0 : median_of(append_ms);
+
   // The prefetch the call ran with (FA1 has none).
   const bool async_prefetch =
       fa::cli::kVersion != fa::Version::kFA1 && p.async_prefetch.value_or(fa::default_async_prefetch());
@@ -457,6 +493,11 @@ int run(int argc, char** argv) {
                   "\"flops\": %.6e, \"throughput_tflops\": %.6f, \"peak_memory_mb\": %.3f",
                   median, sorted.front(), sorted.back(), o.num_runs, flops, tflops, peak_mb);
     std::cout << line;
+    if (o.append) {
+      std::snprintf(line, sizeof line, ", \"append_latency_ms\": %.6f, \"append_tokens\": %lld", append_median,
+                    static_cast<long long>(append_tokens));
+      std::cout << line;
+    }
     if (o.probe) {
       std::snprintf(line, sizeof line,
                     ", \"peak_gflops\": %.3f, \"peak_before_gflops\": %.3f, \"peak_after_gflops\": %.3f, "
@@ -528,6 +569,11 @@ int run(int argc, char** argv) {
                     "probes before/after: %.2f/%.2f)\n",
                     bandwidth, bandwidth_percent, bandwidth_peak, bandwidth_source, probe_bytes / 1048576.0, used_threads,
                     bandwidth_before, bandwidth_after);
+      std::cout << line;
+    }
+    if (o.append) {
+      std::snprintf(line, sizeof line, "Append: %.4f ms for %lld new tokens' K/V rows (append_kv_cache, %d runs)\n",
+                    append_median, static_cast<long long>(append_tokens), o.num_runs);
       std::cout << line;
     }
     if (o.check) {

@@ -13,6 +13,7 @@
 #include "dropout.h"
 #include "thread_pool.h"
 #include "mask.h"
+#include "tensor_checks.h"
 #include "tile_config.h"
 
 namespace fa {
@@ -191,8 +192,12 @@ std::int64_t max_offset(const TensorView& v) {
   return total;
 }
 
+}  // namespace
+
+namespace detail {
+
 Status check_view(const char* name, const TensorView& v, std::int64_t b, std::int64_t h,
-                  std::int64_t s, std::int64_t d, DType dtype) {
+                  std::int64_t s, std::int64_t d, DType dtype, const char* dtype_of) {
   if (v.data == nullptr) return Status::Invalid(std::string(name) + ": data pointer is null");
   const std::int64_t want[4] = {b, h, s, d};
   for (int a = 0; a < 4; ++a) {
@@ -207,7 +212,7 @@ Status check_view(const char* name, const TensorView& v, std::int64_t b, std::in
   }
   if (v.dtype != dtype) {
     return Status::Invalid(std::string(name) + ": dtype " + std::string(dtype_name(v.dtype)) +
-                           " differs from Q's dtype " + std::string(dtype_name(dtype)));
+                           " differs from " + dtype_of + "'s dtype " + std::string(dtype_name(dtype)));
   }
   if (v.strides[3] != 1) {
     return Status::Invalid(std::string(name) + ": head_dim stride must be 1 (got " +
@@ -219,9 +224,6 @@ Status check_view(const char* name, const TensorView& v, std::int64_t b, std::in
   return Status::Ok();
 }
 
-}  // namespace
-
-namespace detail {
 
 // Every check of `p` that needs no tensor (validate's first part), shared
 // with the planner so that neither ever computes with a bad shape.
@@ -409,19 +411,19 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
   const bool varlen = p.cu_seqlens_q || p.cu_seqlens_kv;
   const std::int64_t view_batch = varlen ? 1 : p.batch;
   const DType dt = t.q.dtype;
-  if (Status s = check_view("Q", t.q, view_batch, p.num_heads, p.seq_q, p.head_dim, dt); !s.ok()) return s;
+  if (Status s = detail::check_view("Q", t.q, view_batch, p.num_heads, p.seq_q, p.head_dim, dt); !s.ok()) return s;
   // A paged cache's K and V are its pools: one sequence of all blocks' tokens.
   const std::int64_t kv_batch = p.block_table ? 1 : view_batch;
   const std::int64_t kv_seq = p.block_table ? p.kv_num_blocks * p.block_size : p.seq_kv;
-  if (Status s = check_view("K", t.k, kv_batch, p.kv_heads(), kv_seq, p.head_dim, dt); !s.ok()) return s;
-  if (Status s = check_view("V", t.v, kv_batch, p.kv_heads(), kv_seq, p.head_dim, dt); !s.ok()) return s;
+  if (Status s = detail::check_view("K", t.k, kv_batch, p.kv_heads(), kv_seq, p.head_dim, dt); !s.ok()) return s;
+  if (Status s = detail::check_view("V", t.v, kv_batch, p.kv_heads(), kv_seq, p.head_dim, dt); !s.ok()) return s;
   // FP8 inputs write a wider output; every other dtype writes its own.
   if (is_fp8(dt) && is_fp8(t.o.dtype)) {
     return Status::Invalid("O: dtype " + std::string(dtype_name(t.o.dtype)) + " is not an output dtype for " +
                            std::string(dtype_name(dt)) + " inputs (expected fp32, fp16 or bf16)");
   }
   const DType out = is_fp8(dt) ? t.o.dtype : dt;
-  if (Status s = check_view("O", t.o, view_batch, p.num_heads, p.seq_q, p.head_dim, out); !s.ok()) return s;
+  if (Status s = detail::check_view("O", t.o, view_batch, p.num_heads, p.seq_q, p.head_dim, out); !s.ok()) return s;
   for (const auto& [name, values, count, heads] :
        {std::tuple{"descale_q", p.descale_q, p.descale_q_count, p.num_heads},
         std::tuple{"descale_k", p.descale_k, p.descale_k_count, p.kv_heads()},

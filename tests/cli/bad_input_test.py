@@ -89,6 +89,8 @@ CASES = {
     "seqlens_kv_all_empty": (lambda d: ["--seqlens-kv=0,0"], "--seqlens-kv: every sequence is empty"),
     "seqlens_kv_with_tnd": (lambda d: ["--layout=TND", "--cu-seqlens-q=0,1", "--cu-seqlens-kv=0,5", "--seqlens-kv=5"],
                             "--seqlens-kv: not with --layout=TND"),
+    "append_with_tnd": (lambda d: ["--layout=TND", "--cu-seqlens-q=0,1", "--cu-seqlens-kv=0,5", "--append"],
+                        "--append: not with --layout=TND"),
     "cu_seqlens_and_batch": (lambda d: ["--layout=TND", "--cu-seqlens-q=0,10", "--cu-seqlens-kv=0,10", "--batch-size=3"],
                              "--batch-size: set by --cu-seqlens-q/--cu-seqlens-kv"),
     "band_without_band_mode": (lambda d: ["--causal", "--pre-tokens=5"],

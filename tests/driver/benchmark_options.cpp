@@ -35,6 +35,8 @@ std::vector<FlagSpec> benchmark_flags() {
       {"cu-seqlens-kv", K::kString, "0,M1,M2,...", "TND: cumulative key lengths (sets --seq-kv)"},
       {"seqlens-kv", K::kString, "M1,M2,...",
        "keys of each sequence of a KV cache (continuous batching: sets --batch-size, and --seq-kv to the longest unless given)"},
+      {"append", K::kBool, "",
+       "also time append_kv_cache writing the call's new tokens (seq_q per sequence) into the cache (not with TND)"},
       {"paged", K::kBool, "", "K/V in a paged cache: blocks of --block-size tokens in a random order, found through a block table"},
       {"block-size", K::kInt, "N", "--paged: tokens per block, a power of two from 16 to 512 (default 128)"},
       {"causal", K::kBool, "", "causal mask aligned bottom-right, no mask file needed (= --sparse-mode=3)"},
@@ -225,6 +227,10 @@ BenchmarkOptions read_benchmark_options(const Args& a) {
       throw UsageError("--seqlens-kv: " + std::to_string(longest) + " keys do not fit the cache's --seq-kv=" +
                        std::to_string(p.seq_kv));
     }
+  }
+  o.append = a.flag("append");
+  if (o.append && o.layout == fa::Layout::kTND) {
+    throw UsageError("--append: not with --layout=TND (append_kv_cache writes a cache of [batch, kv_heads, seq, head_dim])");
   }
   o.paged = a.flag("paged");
   if (a.has("block-size") && !o.paged) throw UsageError("--block-size: applies to --paged only");

@@ -30,6 +30,7 @@ struct BenchmarkOptions {
   std::vector<float> alibi;  // per head; p.alibi_slopes points here
   std::vector<std::int32_t> cu_q, cu_kv;  // TND; p.cu_seqlens_* point here
   std::vector<std::int32_t> seqlens_kv;   // per-sequence keys of the cache; p.seqlens_kv points here
+  bool append = false;                    // also time append_kv_cache for the call's new tokens
   bool paged = false;                     // K/V moved into a paged pool (the benchmark builds the table)
   int block_size = 128;
   std::string bias_path;

@@ -361,6 +361,22 @@ FA_API double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t byte
 // whatever the path.
 FA_API bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim);
 
+// ------------------------------------------------------------- KV cache ---
+
+// Appends new tokens' keys and values to a KV cache, as vLLM's
+// reshape_and_cache does: token t of k_new and v_new ([1, kv_heads, tokens,
+// head_dim], any layout) goes to slot slots[t] of k_cache and v_cache
+// ([batch, kv_heads, seq, head_dim], any layout), row slots[t] % seq of
+// batch entry slots[t] / seq.  A contiguous cache's slot is b * seq + the
+// token's position; a paged pool ([1, kv_heads, kv_num_blocks * block_size,
+// head_dim]) is its own batch of one, and a slot is block_table[b][pos /
+// block_size] * block_size + pos % block_size.  A negative slot skips its
+// token (padding); a slot named twice keeps the later token.  The caches'
+// dtype is the new tokens' (quantized caches: not yet).  Threads as in
+// AttentionParams::threads.
+FA_API Status append_kv_cache(const TensorView& k_new, const TensorView& v_new, const std::int64_t* slots,
+                              const TensorView& k_cache, const TensorView& v_cache, int threads = 0);
+
 // Float64 reference forward (straightforward softmax(QKᵀ)V with float64
 // arithmetic).  `out` receives [batch, seq_q, num_heads, head_dim] (the BSH
 // order) and `lse` (optional) [batch, num_heads, seq_q].  The output view in
