@@ -245,7 +245,10 @@ int run(int argc, char** argv) {
   // Several copies of the inputs when they would fit in cache, so the timed
   // runs read memory the way a real model's call would, not a warm cache.
   const int sets = static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / std::max<std::size_t>(set_bytes, 1), 1, 8));
-  std::size_t total = set_bytes * sets + mask_bytes + lse_bytes + workspace;
+  // The bandwidth probe streams a buffer as large as the sets (at most 1
+  // GiB), allocated while they are.
+  const std::size_t probe_bytes = std::min<std::size_t>(set_bytes * sets, std::size_t{1} << 30);
+  std::size_t total = set_bytes * sets + mask_bytes + lse_bytes + workspace + (o.probe ? probe_bytes : 0);
   if (o.check) total += fa::cli::checked_product({B, Sq, H, D, 8}, "reference") + lse_bytes * 2 +
                         std::size_t(threads) * (Skv * D * 16 + Skv * 8 + D * 8);
   fa::cli::check_fits_in_memory(total, "this shape");
@@ -360,7 +363,6 @@ int run(int argc, char** argv) {
   // the timed runs cycle through (the input sets): beyond the last-level
   // cache that is DRAM, within it the cache; capped at 1 GiB, far beyond any
   // cache.  Before and after, like the peak.
-  const std::size_t probe_bytes = std::min<std::size_t>(set_bytes * sets, std::size_t{1} << 30);
   auto measure_bandwidth = [&] { return fa::measure_read_bandwidth_gbps(isa, used_threads, probe_bytes, 0.2); };
   const double bandwidth_before = o.probe ? measure_bandwidth() : 0.0;
 

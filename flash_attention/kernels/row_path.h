@@ -169,8 +169,9 @@ inline void for_row_blocks(int total, Body&& body) {
   if (r < total) body.template operator()<1>(r);
 }
 inline int row_blocks(int total) {
-  const int rest = total % kRowBlock;
-  return total / kRowBlock + (kRowBlock > 2 && rest >= 2 ? 1 : 0) + (rest % 2);
+  int blocks = 0;
+  for_row_blocks(total, [&blocks]<int>(int) { ++blocks; });
+  return blocks;
 }
 
 // Rows the row path holds at once: a Q tile's, or a packed unit's (its
