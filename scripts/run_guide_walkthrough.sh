@@ -9,7 +9,10 @@
 # packages (cmake, g++, python3-numpy) unless --no-install.
 #
 # usage: scripts/run_guide_walkthrough.sh [--work-dir DIR] [--dtype fp16|bf16|fp32]
-#                                         [--jobs N] [--no-install]
+#                                         [--target T] [--jobs N] [--no-install]
+# --target is FA_TARGET, where the guide's configure line names its NPU
+# (-DASCEND_NPU_TYPE): auto (default), host, generic, avx2, avx512,
+# avx512bf16 or amx.
 # The build goes to DIR/build/flash_attention and the data to DIR/test_data
 # (DIR defaults to the repository root), so the guide's relative paths
 # (../../test_data/input_Q.bin) hold as written.
@@ -18,6 +21,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORK=$REPO
 DTYPE=fp16
+TARGET=auto
 JOBS=$(nproc 2>/dev/null || echo 2)
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -25,14 +29,20 @@ while [ $# -gt 0 ]; do
     --work-dir=*) WORK=${1#*=}; shift ;;
     --dtype) DTYPE=$2; shift 2 ;;
     --dtype=*) DTYPE=${1#*=}; shift ;;
+    --target) TARGET=$2; shift 2 ;;
+    --target=*) TARGET=${1#*=}; shift ;;
     --jobs) JOBS=$2; shift 2 ;;
     --jobs=*) JOBS=${1#*=}; shift ;;
     --no-install) export FA_NO_INSTALL=1; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-    *) echo "error: unknown argument '$1' (expected --work-dir, --dtype, --jobs or --no-install)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "error: unknown argument '$1' (expected --work-dir, --dtype, --target, --jobs or --no-install)" >&2; exit 2 ;;
   esac
 done
 case "$DTYPE" in fp16|bf16|fp32) ;; *) echo "error: --dtype: '$DTYPE' (expected fp16, bf16 or fp32)" >&2; exit 2 ;; esac
+case "$TARGET" in
+  auto|host|generic|avx2|avx512|avx512bf16|amx) ;;
+  *) echo "error: --target: '$TARGET' (expected auto, host, generic, avx2, avx512, avx512bf16 or amx)" >&2; exit 2 ;;
+esac
 
 # shellcheck source=ensure_deps.sh
 . "$REPO/scripts/ensure_deps.sh"
@@ -50,6 +60,7 @@ cmake "$REPO" \
     -DCMAKE_C_COMPILER=gcc \
     -DCMAKE_CXX_COMPILER=g++ \
     -DENABLE_FLASH_ATTENTION=ON \
+    -DFA_TARGET="$TARGET" \
     -DFLASH_ATTENTION_VERSION=2 \
     -DFA_TILE_Q=128 \
     -DFA_TILE_KV=64 \
