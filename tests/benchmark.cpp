@@ -15,7 +15,6 @@
 #include <limits>
 #include <new>
 #include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -441,8 +440,7 @@ int run(int argc, char** argv) {
         const std::int64_t pos = keys - Sq + i;
         std::int64_t& slot = slots[static_cast<std::size_t>(b * Sq + i)];
         slot = pos < 0 ? -1  // fewer keys than new tokens: skipped
-               : p.block_table ? std::int64_t(paged.block_table[b * paged.blocks_per_seq + pos / paged.block_size]) *
-                                         paged.block_size + pos % paged.block_size
+               : p.block_table ? paged.pool_row(b, pos)
                                : b * Skv + pos;
       }
     }

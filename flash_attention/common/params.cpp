@@ -224,7 +224,6 @@ Status check_view(const char* name, const TensorView& v, std::int64_t b, std::in
   return Status::Ok();
 }
 
-
 // Every check of `p` that needs no tensor (validate's first part), shared
 // with the planner so that neither ever computes with a bad shape.
 Status validate_params(const AttentionParams& p) {

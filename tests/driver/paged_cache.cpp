@@ -38,8 +38,7 @@ HostBuffer scatter_to_pool(const PagedCache& c, const TensorView& from, Layout l
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t keys = seqlens_kv ? seqlens_kv[b] : S;
     for (std::int64_t j = 0; j < keys; ++j) {
-      const std::int64_t token = std::int64_t(c.block_table[b * c.blocks_per_seq + j / c.block_size]) * c.block_size +
-                                 j % c.block_size;
+      const std::int64_t token = c.pool_row(b, j);
       for (std::int64_t h = 0; h < H; ++h) {
         std::memcpy(static_cast<char*>(pool.data()) + to.offset(0, h, token, 0) * es,
                     static_cast<const char*>(from.data) + from.offset(b, h, j, 0) * es, static_cast<std::size_t>(D) * es);

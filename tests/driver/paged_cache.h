@@ -16,6 +16,12 @@ struct PagedCache {
   std::int64_t blocks_per_seq = 0, block_size = 0, num_blocks = 0;
 
   std::int64_t pool_tokens() const { return num_blocks * block_size; }
+  // The pool row holding token `pos` of sequence b: block_table[b][pos /
+  // block_size] * block_size + pos % block_size (append_kv_cache's slot).
+  std::int64_t pool_row(std::int64_t b, std::int64_t pos) const {
+    return std::int64_t(block_table[static_cast<std::size_t>(b * blocks_per_seq + pos / block_size)]) * block_size +
+           pos % block_size;
+  }
   // Points `p` at the table (block_table, max_blocks_per_seq, block_size,
   // kv_num_blocks).
   void bind(AttentionParams& p) const;

@@ -84,7 +84,7 @@ TEST(AppendKvCache, DecodingStepThroughAPagedPoolEqualsContiguous) {
   std::int64_t contiguous_slots[B], paged_slots[B];
   for (std::int64_t b = 0; b < B; ++b) {
     contiguous_slots[b] = b * S + lengths[b];
-    paged_slots[b] = std::int64_t(paged.block_table[b * paged.blocks_per_seq + lengths[b] / block]) * block + lengths[b] % block;
+    paged_slots[b] = paged.pool_row(b, lengths[b]);
   }
   ASSERT_TRUE(fa::append_kv_cache(kn, vn, contiguous_slots, kc, vc).ok());
   ASSERT_TRUE(fa::append_kv_cache(kn, vn, paged_slots, kp, vp).ok());
