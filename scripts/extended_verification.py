@@ -13,7 +13,10 @@ Overall PASS: max abs error below the tolerance (default by the output's
 dtype: 1e-2 fp16, 2e-2 bf16, 1e-4 fp32) and no Inf or NaN.  For FP8 inputs
 the report adds the error against attention on the unquantized data
 (unquantized_{Q,K,V}.bin beside Q, written by gen_fa2_test_data.py): the
-quantization error itself, reported, not judged.
+quantization error itself, reported, not judged.  Likewise for a quantized
+K/V cache (config kv_dtype, fa2_benchmark --kv-dtype): judged against the
+reference on the cache's dequantized values, and the error against the
+inputs as given (the unquantized cache) reported beside it.
 Exit status: 0 PASS, 1 FAIL, 2 bad input.
 """
 import argparse
@@ -74,6 +77,16 @@ def unquantized_error(case, q_path):
             "rel_l2_error": float(np.sqrt(np.sum(diff ** 2) / max(np.sum(ref ** 2), 1e-300)))}
 
 
+def unquantized_cache_error(case):
+    """The output's error against attention on K and V as given, before the
+    cache's quantization (kv_dtype)."""
+    ref = fa_data.reference_attention(case["q"], case["k_unquantized"], case["v_unquantized"], case["mask"])
+    ref = ref.transpose(0, 2, 1, 3).reshape(case["out"].shape)
+    diff = np.abs(case["out"] - ref)
+    return {"max_abs_error": float(diff.max()),
+            "rel_l2_error": float(np.sqrt(np.sum(diff ** 2) / max(np.sum(ref ** 2), 1e-300)))}
+
+
 def main():
     p = OneLineParser(description="Extended correctness metrics against a float64 reference.")
     p.add_argument("output", nargs="?", default="./output_attention.bin")
@@ -95,13 +108,16 @@ def main():
     quantization = None
     if cfg["dtype"] in fa_data.FP8:
         quantization = unquantized_error(case, a.q)
+    elif cfg["kv_dtype"]:
+        quantization = unquantized_cache_error(case)
     print("\n" + "=" * 55)
     print("  Correctness Verification Report")
     print("=" * 55)
     for k, v in m.items():
         print(f"  {k:<22}: {v:.6e}" if isinstance(v, float) else f"  {k:<22}: {v}")
     if quantization is not None:
-        print("\n  Against the unquantized inputs (the FP8 quantization error):")
+        print("\n  Against the unquantized " + (f"cache (the {cfg['kv_dtype']} K/V quantization error):"
+                                               if cfg["kv_dtype"] else "inputs (the FP8 quantization error):"))
         for k, v in quantization.items():
             print(f"  {k:<22}: {v:.6e}")
     ok = m["inf_count"] == 0 and m["nan_count"] == 0 and m["max_abs_error"] < tol

@@ -95,6 +95,31 @@ def f32_to_fp8_bits(x, dtype):
     return (code | np.where(np.signbit(x), 0x80, 0)).astype(np.uint8)
 
 
+KV_CACHE_DTYPES = ("int8", "fp8_e4m3", "fp8_e5m2")
+
+
+def quantize_kv_cache(x, kv_dtype):
+    """The values a quantized K/V cache holds for K or V `x` ([B, N, S, D]),
+    as fa2_benchmark --kv-dtype quantizes it (append_kv_cache, in fp32):
+    int8 with a scale per (batch, head, token) row, its largest magnitude /
+    127, values rounded to nearest even; FP8 with one factor per head, the
+    head's largest finite magnitude / the format's largest value.  Returns
+    the dequantized values (float64), what the operator computes with."""
+    x32 = np.asarray(x, dtype=np.float32)
+    if kv_dtype == "int8":
+        amax = np.abs(x32).max(axis=3, keepdims=True)
+        scale = amax / np.float32(127.0)
+        with np.errstate(divide="ignore"):
+            inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+        codes = np.clip(np.rint(x32 * inv), -127, 127)
+        return codes.astype(np.float64) * scale.astype(np.float64)
+    finite = np.where(np.isfinite(x32), np.abs(x32), np.float32(0.0))
+    amax = finite.max(axis=(0, 2, 3), keepdims=True)
+    descale = np.where(amax > 0, amax / np.float32(FP8_FORMATS[kv_dtype][2]), np.float32(1.0)).astype(np.float32)
+    codes = f32_to_fp8_bits((x32 / descale).astype(np.float32), kv_dtype)
+    return fp8_values(kv_dtype)[codes] * descale.astype(np.float64)
+
+
 def to_storage(x_f32, dtype):
     """float32 values -> array whose bytes are the dtype's storage."""
     if dtype == "fp32":
@@ -185,6 +210,13 @@ def read_config(path):
             raise InputError(f"{path}: {key}={cfg[key]} is not a number") from None
         if not (np.isfinite(out[key]) and out[key] > 0):
             raise InputError(f"{path}: {key} must be a finite positive number (got {cfg[key]})")
+    # A quantized K/V cache (fa2_benchmark --kv-dtype): K and V are stored in
+    # dtype and quantized by the operator's caller.
+    out["kv_dtype"] = cfg.get("kv_dtype") or None
+    if out["kv_dtype"] is not None:
+        if out["kv_dtype"] not in KV_CACHE_DTYPES or out["dtype"] not in ("fp16", "bf16"):
+            raise InputError(f"{path}: kv_dtype={out['kv_dtype']} (expected int8, fp8_e4m3 or fp8_e5m2, with dtype "
+                             f"fp16 or bf16; got dtype {out['dtype']})")
     out["causal"] = cfg.get("causal", "true").lower() in ("1", "true", "yes", "on")
     out["layout"] = cfg.get("layout", "BSH").upper()
     if out["layout"] not in LAYOUTS:
@@ -244,7 +276,9 @@ def load_case(output_path, q_path, k_path, v_path, config_path=None, mask_path=N
     The mask is `mask_path`, else input_causal_mask.bin beside Q when the
     config says causal=true, else the causal rule itself.  Returns a dict with
     cfg, out and ref ([batch, seq_q, heads * head_dim] float64), q, k, v
-    ([B, N, S, D]), mask (bool [seq_q, seq_kv] or None) and ref_bnsd.
+    ([B, N, S, D]), mask (bool [seq_q, seq_kv] or None) and ref_bnsd.  With
+    a quantized K/V cache (config kv_dtype), k and v are the cache's
+    dequantized values and k_unquantized, v_unquantized the inputs as given.
     """
     cfg = read_config(config_path or os.path.join(os.path.dirname(os.path.abspath(q_path)), "config.txt"))
     b, sq, skv = cfg["batch_size"], cfg["seq_len_q"], cfg["seq_len_kv"]
@@ -255,6 +289,10 @@ def load_case(output_path, q_path, k_path, v_path, config_path=None, mask_path=N
     q = to_bnsd(load_tensor(q_path, dtype, b * sq * h * d, "Q"), b, sq, h, d, layout) * cfg["descale_q"]
     k = to_bnsd(load_tensor(k_path, dtype, b * skv * hkv * d, "K"), b, skv, hkv, d, layout) * cfg["descale_k"]
     v = to_bnsd(load_tensor(v_path, dtype, b * skv * hkv * d, "V"), b, skv, hkv, d, layout) * cfg["descale_v"]
+    k_unquantized = v_unquantized = None
+    if cfg["kv_dtype"]:  # a quantized cache: the operator reads the dequantized values
+        k_unquantized, v_unquantized = k, v
+        k, v = quantize_kv_cache(k, cfg["kv_dtype"]), quantize_kv_cache(v, cfg["kv_dtype"])
     mask = None
     if mask_path is None and cfg["causal"]:
         beside = os.path.join(os.path.dirname(os.path.abspath(q_path)), "input_causal_mask.bin")
@@ -273,4 +311,4 @@ def load_case(output_path, q_path, k_path, v_path, config_path=None, mask_path=N
     print("Computing reference (NumPy, float64)...")
     ref = reference_attention(q, k, v, mask)
     return {"cfg": cfg, "out": out, "ref": ref.transpose(0, 2, 1, 3).reshape(b, sq, h * d), "ref_bnsd": ref,
-            "q": q, "k": k, "v": v, "mask": mask}
+            "q": q, "k": k, "v": v, "mask": mask, "k_unquantized": k_unquantized, "v_unquantized": v_unquantized}

@@ -19,6 +19,12 @@ config.txt records the dequantization factors (descale_q, descale_k,
 descale_v) and the output dtype (--out-dtype, default bf16), and
 unquantized_{Q,K,V}.bin keep the fp32 values before quantization (for
 extended_verification.py's quantization error).
+
+A quantized K/V cache (--kv-dtype int8, fp8_e4m3 or fp8_e5m2, with --dtype
+fp16 or bf16): the inputs are written as usual and config.txt records
+kv_dtype; fa2_benchmark --kv-dtype quantizes K and V as it loads them, and
+the verification scripts compute the reference on the same quantized
+values (and report the error against the unquantized ones).
 """
 import argparse
 import os
@@ -55,7 +61,7 @@ def quantize_fp8(x, dtype):
 
 def generate_attention_inputs(batch_size=2, seq_len_q=512, seq_len_kv=512, num_heads=12, num_kv_heads=None,
                               head_dim=64, dtype="fp16", output_dir="./test_data", seed=0, causal=True,
-                              layout="BSH", logit_scale=1.0, out_dtype=None):
+                              layout="BSH", logit_scale=1.0, out_dtype=None, kv_dtype=None):
     num_kv_heads = num_kv_heads or num_heads
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((batch_size, seq_len_q, num_heads * head_dim), dtype=np.float32)
@@ -92,6 +98,8 @@ def generate_attention_inputs(batch_size=2, seq_len_q=512, seq_len_kv=512, num_h
               f"num_heads={num_heads}\nnum_kv_heads={num_kv_heads}\nhead_dim={head_dim}\n"
               f"dtype={fa_data.DTYPES[dtype][0]}\nlayout={layout}\ncausal={'true' if causal else 'false'}\n"
               f"seed={seed}\nlogit_scale={logit_scale}\n")
+    if kv_dtype:
+        config += f"kv_dtype={kv_dtype}\n"
     if dtype in fa_data.FP8:
         out_dtype = out_dtype or "bf16"
         config += (f"out_dtype={fa_data.DTYPES[out_dtype][0]}\ndescale_q={descale['Q']!r}\n"
@@ -101,6 +109,8 @@ def generate_attention_inputs(batch_size=2, seq_len_q=512, seq_len_kv=512, num_h
     if dtype in fa_data.FP8:
         print(f"  Run fa3_benchmark with: --dtype={dtype} --out-dtype={out_dtype} --descale-q={descale['Q']!r} "
               f"--descale-k={descale['K']!r} --descale-v={descale['V']!r}")
+    if kv_dtype:
+        print(f"  Run fa2_benchmark (or fa3_benchmark) with: --dtype={dtype} --kv-dtype={kv_dtype}")
     print("Done.")
 
 
@@ -114,6 +124,8 @@ def main(argv=None):
     p.add_argument("--head-dim", type=positive, default=64)
     p.add_argument("--dtype", default="fp16", help="fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2 (default fp16)")
     p.add_argument("--out-dtype", default=None, help="FP8 inputs: the output's dtype, bf16 (default), fp16 or fp32")
+    p.add_argument("--kv-dtype", default=None,
+                   help="a quantized K/V cache read with fp16 or bf16 Q: int8, fp8_e4m3 or fp8_e5m2 (recorded in config.txt)")
     p.add_argument("--layout", default="BSH", help="BSH (default), BSND or BNSD")
     p.add_argument("--output-dir", default="./test_data")
     p.add_argument("--seed", type=int, default=0)
@@ -128,6 +140,8 @@ def main(argv=None):
         fa_data.fail_input(f"--dtype: {e}")
     if a.out_dtype is not None and (dtype not in fa_data.FP8 or a.out_dtype not in fa_data.OUTPUT_DTYPES):
         fa_data.fail_input(f"--out-dtype: '{a.out_dtype}' needs FP8 --dtype and one of bf16, fp16 or fp32")
+    if a.kv_dtype is not None and (a.kv_dtype not in fa_data.KV_CACHE_DTYPES or dtype not in ("fp16", "bf16")):
+        fa_data.fail_input(f"--kv-dtype: '{a.kv_dtype}' needs --dtype fp16 or bf16 and one of int8, fp8_e4m3 or fp8_e5m2")
     layout = a.layout.upper()
     if layout not in fa_data.LAYOUTS:
         fa_data.fail_input(f"--layout: unknown layout '{a.layout}' (expected BSH, BSND or BNSD)")
@@ -141,7 +155,7 @@ def main(argv=None):
     try:
         generate_attention_inputs(a.batch_size, a.seq_len_q, a.seq_len_kv or a.seq_len_q, a.num_heads, kv_heads,
                                   a.head_dim, dtype, a.output_dir, a.seed, a.causal, layout, a.logit_scale,
-                                  a.out_dtype)
+                                  a.out_dtype, a.kv_dtype)
     except MemoryError:
         fa_data.fail_input("this shape does not fit in memory; use a smaller shape")
     except OSError as e:

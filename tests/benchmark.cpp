@@ -23,6 +23,7 @@
 #include "driver/cli_args.h"
 #include "driver/host_tensor.h"
 #include "driver/paged_cache.h"
+#include "driver/quantized_cache.h"
 #include "driver/version_entry.h"
 
 namespace {
@@ -215,18 +216,26 @@ int run(int argc, char** argv) {
   fa::AttentionParams& p = o.params;
   fa::Isa isa;
   if (fa::Status s = fa::select_isa(p, &isa); !s.ok()) throw UsageError(s.message());
+  if (fa::Status s = fa::version_supports(fa::cli::kVersion, p, o.dtype, o.kv_dtype); !s.ok()) throw UsageError(s.message());
   // Packed variable-length tensors are views of batch 1.
   const std::int64_t B = p.cu_seqlens_q ? 1 : p.batch, Sq = p.seq_q, Skv = p.seq_kv, H = p.num_heads, Hkv = p.kv_heads(),
                      D = p.head_dim;
   const std::size_t es = fa::dtype_size(o.dtype);
+  // --kv-dtype: K and V drawn (or read) in --dtype, then stored quantized
+  // (int8 with a 4-byte scale per token and K/V head).
+  const fa::DType kv_dtype = o.kv_dtype.value_or(o.dtype);
+  const std::size_t kv_es = fa::dtype_size(kv_dtype);
   const std::size_t q_bytes = fa::cli::checked_product({B, Sq, H, D, std::int64_t(es)}, "Q");
-  const std::size_t kv_bytes = fa::cli::checked_product({B, Skv, Hkv, D, std::int64_t(es)}, "K/V");
+  const std::size_t kv_in_bytes = fa::cli::checked_product({B, Skv, Hkv, D, std::int64_t(es)}, "K/V");
+  const std::size_t scale_bytes = kv_dtype == fa::DType::kI8 ? fa::cli::checked_product({B, Skv, Hkv, 4}, "K/V scales") : 0;
+  const std::size_t kv_bytes = fa::cli::checked_product({B, Skv, Hkv, D, std::int64_t(kv_es)}, "K/V") + scale_bytes;
   const std::size_t mask_bytes = o.mask_path.empty() ? 0 : fa::cli::checked_product({Sq, Skv}, "mask");
   const std::size_t o_bytes = fa::cli::checked_product({B, Sq, H, D, std::int64_t(fa::dtype_size(o.out_dtype))}, "O");
   const std::size_t lse_bytes = fa::cli::checked_product({B, H, Sq, 4}, "LSE");
   // The tensors alone first: a shape that cannot fit is refused before the
   // planner walks its items.
-  fa::cli::check_fits_in_memory(q_bytes + o_bytes + 2 * kv_bytes + lse_bytes, "this shape");
+  fa::cli::check_fits_in_memory(q_bytes + o_bytes + 2 * (kv_bytes + (kv_dtype != o.dtype ? kv_in_bytes : 0)) + lse_bytes,
+                                "this shape");
   // --paged: a block table over a pool of every sequence's blocks, in a
   // random order (the pool itself is filled from the inputs below).
   fa::cli::PagedCache paged;
@@ -258,12 +267,12 @@ int run(int argc, char** argv) {
   std::vector<fa::cli::HostBuffer> qs, ks, vs, os;
   if (!o.input_q.empty()) {
     qs.push_back(fa::cli::read_exact(o.input_q, q_bytes, "input-q", q_what));
-    ks.push_back(fa::cli::read_exact(o.input_k, kv_bytes, "input-k", kv_what));
-    vs.push_back(fa::cli::read_exact(o.input_v, kv_bytes, "input-v", kv_what));
+    ks.push_back(fa::cli::read_exact(o.input_k, kv_in_bytes, "input-k", kv_what));
+    vs.push_back(fa::cli::read_exact(o.input_v, kv_in_bytes, "input-v", kv_what));
   } else {
     qs.emplace_back(q_bytes);
-    ks.emplace_back(kv_bytes);
-    vs.emplace_back(kv_bytes);
+    ks.emplace_back(kv_in_bytes);
+    vs.emplace_back(kv_in_bytes);
     fa::cli::fill_normal(qs[0].data(), o.dtype, B * Sq * H * D, o.seed * 3 + 0, 1.0);
     fa::cli::fill_normal(ks[0].data(), o.dtype, B * Skv * Hkv * D, o.seed * 3 + 1, 1.0);
     fa::cli::fill_normal(vs[0].data(), o.dtype, B * Skv * Hkv * D, o.seed * 3 + 2, 1.0);
@@ -305,8 +314,34 @@ int run(int argc, char** argv) {
       }
     }
   }
+  // --kv-dtype: the cache quantized (through append_kv_cache, as a serving
+  // engine fills one); an int8 cache's scales are per-set buffers like K/V.
+  std::vector<fa::cli::HostBuffer> k_scales, v_scales;
+  std::vector<float> descale_k, descale_v;
+  if (o.kv_dtype) {
+    fa::cli::QuantizedCache quantized;
+    const fa::TensorView k_in = fa::make_view(ks[0].data(), o.dtype, o.layout, B, Hkv, Skv, D);
+    const fa::TensorView v_in = fa::make_view(vs[0].data(), o.dtype, o.layout, B, Hkv, Skv, D);
+    if (fa::Status s = fa::cli::quantize_cache(k_in, v_in, o.layout, kv_dtype, &quantized); !s.ok()) {
+      throw UsageError(s.message());
+    }
+    ks[0] = std::move(quantized.k);
+    vs[0] = std::move(quantized.v);
+    if (kv_dtype == fa::DType::kI8) {
+      k_scales.push_back(std::move(quantized.k_scale));
+      v_scales.push_back(std::move(quantized.v_scale));
+    }
+    descale_k = quantized.descale_k;
+    descale_v = quantized.descale_v;
+    if (!descale_k.empty()) {
+      p.descale_k = descale_k.data();
+      p.descale_v = descale_v.data();
+      p.descale_k_count = p.descale_v_count = Hkv;
+    }
+  }
   for (int s = 1; s < sets; ++s) {
-    for (auto* list : {&qs, &ks, &vs}) {
+    for (auto* list : {&qs, &ks, &vs, &k_scales, &v_scales}) {
+      if (list->empty()) continue;
       fa::cli::HostBuffer copy((*list)[0].bytes());
       std::copy_n(static_cast<const char*>((*list)[0].data()), copy.bytes(), static_cast<char*>(copy.data()));
       list->push_back(std::move(copy));
@@ -316,9 +351,11 @@ int run(int argc, char** argv) {
   // each sequence's keys only).
   const std::int64_t pool_tokens = paged.pool_tokens();
   if (p.block_table) {
-    for (auto* list : {&ks, &vs}) {
+    for (auto* list : {&ks, &vs, &k_scales, &v_scales}) {
+      const bool scales = list == &k_scales || list == &v_scales;
       for (fa::cli::HostBuffer& contiguous : *list) {
-        const fa::TensorView from = fa::make_view(contiguous.data(), o.dtype, o.layout, B, Hkv, Skv, D);
+        const fa::TensorView from = scales ? fa::make_view(contiguous.data(), fa::DType::kF32, o.layout, B, Hkv, Skv, 1)
+                                           : fa::make_view(contiguous.data(), kv_dtype, o.layout, B, Hkv, Skv, D);
         contiguous = fa::cli::scatter_to_pool(paged, from, o.layout, p.seqlens_kv);
       }
     }
@@ -336,10 +373,13 @@ int run(int argc, char** argv) {
   auto tensors_for = [&](int s) {
     fa::AttentionTensors t;
     t.q = fa::make_view(qs[s].data(), o.dtype, o.layout, B, H, Sq, D);
-    t.k = p.block_table ? fa::make_view(ks[s].data(), o.dtype, o.layout, 1, Hkv, pool_tokens, D)
-                        : fa::make_view(ks[s].data(), o.dtype, o.layout, B, Hkv, Skv, D);
-    t.v = p.block_table ? fa::make_view(vs[s].data(), o.dtype, o.layout, 1, Hkv, pool_tokens, D)
-                        : fa::make_view(vs[s].data(), o.dtype, o.layout, B, Hkv, Skv, D);
+    const std::int64_t kv_batch = p.block_table ? 1 : B, kv_seq = p.block_table ? pool_tokens : Skv;
+    t.k = fa::make_view(ks[s].data(), kv_dtype, o.layout, kv_batch, Hkv, kv_seq, D);
+    t.v = fa::make_view(vs[s].data(), kv_dtype, o.layout, kv_batch, Hkv, kv_seq, D);
+    if (!k_scales.empty()) {
+      t.k_scale = fa::make_view(k_scales[s].data(), fa::DType::kF32, o.layout, kv_batch, Hkv, kv_seq, 1);
+      t.v_scale = fa::make_view(v_scales[s].data(), fa::DType::kF32, o.layout, kv_batch, Hkv, kv_seq, 1);
+    }
     t.o = fa::make_view(os[s].data(), o.out_dtype, fa::Layout::kBSH, B, H, Sq, D);  // --output is always BSH
     t.lse = lse.data();
     return t;
@@ -349,7 +389,7 @@ int run(int argc, char** argv) {
   // The products' unit: the AMX tiles (amx path, bf16 and fp16) or
   // VDPBF16PS (avx512bf16 path, bf16) where the pair path runs, else the
   // path's vector FMA.
-  const bool matrix = fa::uses_matrix_unit(isa, o.dtype, D);
+  const bool matrix = !o.kv_dtype && fa::uses_matrix_unit(isa, o.dtype, D);  // a quantized cache runs the vector loops
   auto measure_peak = [&] {
     return matrix ? fa::measure_matrix_peak_gflops(isa, used_threads, 0.2)
                   : fa::measure_fma_peak_gflops(isa, used_threads, 0.2);
@@ -395,7 +435,9 @@ int run(int argc, char** argv) {
   double cache_bytes = double(2 * kv_bytes);
   if (p.seqlens_kv) {
     cache_bytes = 0.0;
-    for (std::int64_t b = 0; b < B; ++b) cache_bytes += 2.0 * double(p.seqlens_kv[b]) * double(Hkv * D) * double(es);
+    for (std::int64_t b = 0; b < B; ++b) {
+      cache_bytes += 2.0 * double(p.seqlens_kv[b]) * double(Hkv) * (double(D * kv_es) + (scale_bytes ? 4.0 : 0.0));
+    }
   }
   const double traffic_bytes = double(q_bytes + o_bytes + lse_bytes + mask_bytes + bias.bytes()) + cache_bytes;
   const std::vector<double>& sorted = times_ms;
@@ -450,9 +492,16 @@ int run(int argc, char** argv) {
     const fa::TensorView kn = fa::make_view(k_new.data(), o.dtype, o.layout, 1, Hkv, append_tokens, D);
     const fa::TensorView vn = fa::make_view(v_new.data(), o.dtype, o.layout, 1, Hkv, append_tokens, D);
     const fa::AttentionTensors cache = tensors_for(0);
+    fa::KvCacheScales cache_scales;  // a quantized cache's: the new rows are quantized as written
+    cache_scales.k = cache.k_scale;
+    cache_scales.v = cache.v_scale;
+    cache_scales.descale_k = p.descale_k;
+    cache_scales.descale_v = p.descale_v;
+    cache_scales.descale_k_count = p.descale_k_count;
+    cache_scales.descale_v_count = p.descale_v_count;
     for (int r = 0; r < o.warmup_runs + o.num_runs; ++r) {
       const auto start = std::chrono::steady_clock::now();
-      const fa::Status status = fa::append_kv_cache(kn, vn, slots.data(), cache.k, cache.v, p.threads);
+      const fa::Status status = fa::append_kv_cache(kn, vn, slots.data(), cache.k, cache.v, cache_scales, p.threads);
       const auto stop = std::chrono::steady_clock::now();
       if (!status.ok()) throw UsageError(status.message());
       if (r >= o.warmup_runs) append_ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
@@ -477,13 +526,13 @@ int run(int argc, char** argv) {
   if (o.json) {
     std::snprintf(line, sizeof line,
                   "{\"version\": \"%s\", \"batch\": %lld, \"seq_q\": %lld, \"seq_kv\": %lld, \"num_heads\": %lld, "
-                  "\"num_kv_heads\": %lld, \"head_dim\": %lld, \"dtype\": \"%s\", \"out_dtype\": \"%s\", \"layout\": \"%s\", "
+                  "\"num_kv_heads\": %lld, \"head_dim\": %lld, \"dtype\": \"%s\", \"out_dtype\": \"%s\", \"kv_dtype\": \"%s\", \"layout\": \"%s\", "
                   "\"causal\": %s, \"mask\": %s, \"tile_q\": %d, \"tile_kv\": %d, \"tile_source\": \"%s\", "
                   "\"l2_working_set_bytes\": %zu, \"l2_limit_bytes\": %zu, \"threads\": %d, \"core_occupancy_percent\": %.1f, \"num_splits\": %d, "
                   "\"async_prefetch\": %s, \"kernel\": \"%s\", \"block_size\": %lld, ",
                   fa::cli::kVersionTag, (long long)p.batch, (long long)Sq, (long long)Skv, (long long)H, (long long)Hkv,
                   (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(), std::string(fa::dtype_name(o.out_dtype)).c_str(),
-                  std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
+                  std::string(fa::dtype_name(kv_dtype)).c_str(), std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
                   p.mask ? "true" : "false", tq, tkv, plan.source.c_str(), plan.working_set_bytes, plan.limit_bytes,
                   used_threads, 100.0 * plan.occupancy, plan.num_splits, async_prefetch ? "true" : "false",
                   kernel_id(isa, matrix).c_str(), static_cast<long long>(p.block_table ? p.block_size : 0));
@@ -530,6 +579,7 @@ int run(int argc, char** argv) {
     std::cout << "Config: batch=" << p.batch << " seq_q=" << Sq << " seq_kv=" << Skv << " heads=" << H
               << " kv_heads=" << Hkv << " head_dim=" << D << " dtype=" << fa::dtype_name(o.dtype)
               << (fa::is_fp8(o.dtype) ? " out_dtype=" + std::string(fa::dtype_name(o.out_dtype)) : std::string())
+              << (o.kv_dtype ? " kv_dtype=" + std::string(fa::dtype_name(kv_dtype)) : std::string())
               << " layout=" << fa::layout_name(o.layout)
               << (p.block_table ? " kv_cache=paged(block_size=" + std::to_string(p.block_size) + ")" : std::string())
               << (p.seqlens_kv ? " seqlens_kv=" + seqlens_text(o.seqlens_kv) : std::string())

@@ -120,6 +120,14 @@ static inline std::uint8_t f32_to_fp8(float f) {
 static inline std::uint8_t f32_to_fp8_e4m3(float f) { return f32_to_fp8<3, 7, true>(f); }
 static inline std::uint8_t f32_to_fp8_e5m2(float f) { return f32_to_fp8<2, 15, false>(f); }
 
+// int8 of a quantized cache: rounded to nearest even, saturated to the
+// symmetric range [-127, 127] (NaN to 0: an int8 has no NaN).
+static inline std::int8_t f32_to_i8(float f) {
+  if (!(f == f)) return 0;
+  const float c = f < -127.0f ? -127.0f : f > 127.0f ? 127.0f : f;
+  return static_cast<std::int8_t>(__builtin_rintf(c));  // the default rounding mode: to nearest even
+}
+
 // Loads element `i` of a buffer of `dtype` as fp32.
 static inline float load_as_f32(const void* base, DType dtype, std::int64_t i) {
   switch (dtype) {
@@ -128,6 +136,7 @@ static inline float load_as_f32(const void* base, DType dtype, std::int64_t i) {
     case DType::kBF16: return bf16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
     case DType::kFP8E4M3: return fp8_e4m3_to_f32(static_cast<const std::uint8_t*>(base)[i]);
     case DType::kFP8E5M2: return fp8_e5m2_to_f32(static_cast<const std::uint8_t*>(base)[i]);
+    case DType::kI8: return static_cast<float>(static_cast<const std::int8_t*>(base)[i]);
   }
   return 0.0f;
 }
@@ -139,6 +148,7 @@ static inline void store_from_f32(void* base, DType dtype, std::int64_t i, float
     case DType::kBF16: static_cast<std::uint16_t*>(base)[i] = f32_to_bf16(value); break;
     case DType::kFP8E4M3: static_cast<std::uint8_t*>(base)[i] = f32_to_fp8_e4m3(value); break;
     case DType::kFP8E5M2: static_cast<std::uint8_t*>(base)[i] = f32_to_fp8_e5m2(value); break;
+    case DType::kI8: static_cast<std::int8_t*>(base)[i] = f32_to_i8(value); break;
   }
 }
 

@@ -176,6 +176,7 @@ void print_stage_times(Version version, const char* path, const std::uint64_t* c
 AttentionJob planned_job(const AttentionParams& p, DType dtype, const Plan& plan, const TilePlan& tiles) {
   AttentionJob job{};
   job.dtype = dtype;
+  job.kv_dtype = dtype;  // run_forward sets a quantized cache's
   job.batch = p.batch;
   job.seq_q = p.seq_q;
   job.seq_kv = p.seq_kv;
@@ -233,7 +234,7 @@ std::size_t forward_workspace_bytes(Version version, const AttentionParams& p, D
 
 Status run_forward(Version version, const AttentionParams& p, const AttentionTensors& t) {
   if (Status s = validate(p, t); !s.ok()) return s;
-  if (Status s = version_supports(version, p, t.q.dtype); !s.ok()) return s;
+  if (Status s = version_supports(version, p, t.q.dtype, t.k.dtype); !s.ok()) return s;
   Isa isa;
   if (Status s = select_isa(p.isa, &isa); !s.ok()) return s;
   if (!detail::kMixedPrecisionSoftmax && t.q.dtype == DType::kF16 && isa != Isa::kAmx) {
@@ -265,6 +266,12 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
   job.v = t.v.data;
   job.o = t.o.data;
   job.o_dtype = t.o.dtype;
+  job.kv_dtype = t.k.dtype;
+  for (int i = 0; i < 2; ++i) {  // an int8 cache's scales
+    const TensorView& scale = i == 0 ? t.k_scale : t.v_scale;
+    job.kv_scale[i] = t.k.dtype == DType::kI8 ? static_cast<const float*>(scale.data) : nullptr;
+    for (int a = 0; a < 3; ++a) job.kv_scale_strides[i][a] = job.kv_scale[i] ? scale.strides[a] : 0;
+  }
   for (auto [i, values, count] : {std::tuple{0, p.descale_q, p.descale_q_count}, std::tuple{1, p.descale_k, p.descale_k_count},
                                   std::tuple{2, p.descale_v, p.descale_v_count}}) {
     job.descale[i] = values;
@@ -285,6 +292,7 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
     job.blocks_per_seq = p.max_blocks_per_seq;
     job.block_shift = __builtin_ctzll(static_cast<unsigned long long>(p.block_size));
     job.k_strides[0] = job.v_strides[0] = 0;
+    job.kv_scale_strides[0][0] = job.kv_scale_strides[1][0] = 0;
   }
   job.scale_log2 = p.softmax_scale() * 1.4426950408889634f;
   job.window = key_window(p);
@@ -312,11 +320,12 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
 
   if (verbose()) {
     std::fprintf(stderr,
-                 "%s_forward: path=%s tile=%dx%d (%s, L2 working set %zu of %zu bytes) splits=%d gqa_pack=%d threads=%d items=%lld dtype=%s B=%lld Sq=%lld Skv=%lld H=%lld "
+                 "%s_forward: path=%s tile=%dx%d (%s, L2 working set %zu of %zu bytes) splits=%d gqa_pack=%d threads=%d items=%lld dtype=%s kv_dtype=%s B=%lld Sq=%lld Skv=%lld H=%lld "
                  "Hkv=%lld D=%lld window=%d mask=%d sinks=%d workspace=%zu bytes kv_pack=%zu bytes\n",
                  std::string(version_name(version)).c_str(), table->name, plan.tile_q, plan.tile_kv, tiles.source.c_str(), tiles.working_set_bytes,
                  tiles.limit_bytes, tiles.num_splits, tiles.pack_gqa, plan.threads,
                  static_cast<long long>(tiles.work_items), std::string(dtype_name(job.dtype)).c_str(),
+                 std::string(dtype_name(job.kv_dtype)).c_str(),
                  static_cast<long long>(p.batch), static_cast<long long>(p.seq_q), static_cast<long long>(p.seq_kv),
                  static_cast<long long>(p.num_heads), static_cast<long long>(p.kv_heads()),
                  static_cast<long long>(p.head_dim), job.window.active ? 1 : 0, p.mask ? 1 : 0, p.sinks ? 1 : 0, bytes,
@@ -340,23 +349,31 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
   jobs.reserve(static_cast<std::size_t>(p.batch));
   std::int64_t total = 0;
   float* partials = job.partial_o;
-  const std::size_t es = dtype_size(job.dtype), o_es = dtype_size(job.o_dtype);
+  const std::size_t es = dtype_size(job.dtype), o_es = dtype_size(job.o_dtype), kv_es = dtype_size(job.kv_dtype);
+  // An int8 cache's scales of sequence b: `tokens` keys (or batch entries) on.
+  auto scales_at = [&](AttentionJob& sj, std::int64_t tokens, int axis) {
+    for (int i = 0; i < 2; ++i) {
+      if (job.kv_scale[i]) sj.kv_scale[i] = job.kv_scale[i] + tokens * job.kv_scale_strides[i][axis];
+    }
+  };
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const AttentionParams sp = sequence_params(p, b);
     AttentionJob sj = job;
     if (p.seqlens_kv) {  // batch entry b of Q, O, the LSE and the cache
       sj.q = static_cast<const char*>(t.q.data) + b * t.q.strides[0] * es;
       sj.o = static_cast<char*>(t.o.data) + b * t.o.strides[0] * o_es;
-      sj.k = static_cast<const char*>(t.k.data) + b * job.k_strides[0] * es;  // the pool itself when paged
-      sj.v = static_cast<const char*>(t.v.data) + b * job.v_strides[0] * es;
+      sj.k = static_cast<const char*>(t.k.data) + b * job.k_strides[0] * kv_es;  // the pool itself when paged
+      sj.v = static_cast<const char*>(t.v.data) + b * job.v_strides[0] * kv_es;
+      scales_at(sj, b, 0);
       sj.block_table = sp.block_table;
       sj.lse = t.lse ? t.lse + b * job.lse_strides[0] : nullptr;
     } else {  // tokens [cu_seqlens[b], cu_seqlens[b + 1]) of the packed tensors
       const std::int64_t q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_kv[b];
       sj.q = static_cast<const char*>(t.q.data) + q0 * t.q.strides[2] * es;
       sj.o = static_cast<char*>(t.o.data) + q0 * t.o.strides[2] * o_es;
-      sj.k = static_cast<const char*>(t.k.data) + k0 * t.k.strides[2] * es;
-      sj.v = static_cast<const char*>(t.v.data) + k0 * t.v.strides[2] * es;
+      sj.k = static_cast<const char*>(t.k.data) + k0 * t.k.strides[2] * kv_es;
+      sj.v = static_cast<const char*>(t.v.data) + k0 * t.v.strides[2] * kv_es;
+      scales_at(sj, k0, 2);
       sj.lse = t.lse ? t.lse + q0 : nullptr;
       sj.lse_strides[0] = 0;
       sj.lse_strides[1] = p.seq_q;  // [1, heads, total_q]

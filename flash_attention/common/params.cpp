@@ -18,7 +18,9 @@
 
 namespace fa {
 
-std::size_t dtype_size(DType dtype) { return dtype == DType::kF32 ? 4 : is_fp8(dtype) ? 1 : 2; }
+std::size_t dtype_size(DType dtype) {
+  return dtype == DType::kF32 ? 4 : dtype == DType::kF16 || dtype == DType::kBF16 ? 2 : 1;
+}
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
@@ -27,6 +29,7 @@ std::string_view dtype_name(DType dtype) {
     case DType::kBF16: return "bf16";
     case DType::kFP8E4M3: return "fp8_e4m3";
     case DType::kFP8E5M2: return "fp8_e5m2";
+    case DType::kI8: return "int8";
   }
   return "?";
 }
@@ -37,6 +40,7 @@ std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;
   if (name == "fp8_e4m3" || name == "float8_e4m3fn") return DType::kFP8E4M3;
   if (name == "fp8_e5m2" || name == "float8_e5m2") return DType::kFP8E5M2;
+  if (name == "int8") return DType::kI8;
   return std::nullopt;
 }
 
@@ -405,6 +409,42 @@ Status validate_params(const AttentionParams& p) {
 
 }  // namespace detail
 
+namespace {
+
+// K and V of a quantized cache (int8 or FP8 with fp16 or bf16 Q), or the
+// scale views given where they do not apply.
+Status check_quantized_kv(const AttentionParams& p, const AttentionTensors& t, std::int64_t kv_batch,
+                          std::int64_t kv_seq) {
+  const DType dt = t.q.dtype, kvt = t.k.dtype;
+  const bool int8 = kvt == DType::kI8 && kvt != dt;
+  if (kvt != dt) {
+    if (!is_quantized_kv(kvt) || (dt != DType::kF16 && dt != DType::kBF16)) {
+      return Status::Invalid("K: dtype " + std::string(dtype_name(kvt)) + " differs from Q's dtype " +
+                             std::string(dtype_name(dt)) + " (a quantized K/V cache is int8, fp8_e4m3 or fp8_e5m2 "
+                             "read with fp16 or bf16 Q)");
+    }
+  }
+  for (const auto& [name, view] : {std::pair{"k_scale", &t.k_scale}, std::pair{"v_scale", &t.v_scale}}) {
+    if (!int8) {
+      if (view->data) {
+        return Status::Invalid(std::string(name) + " applies to int8 K/V caches only (K/V are " +
+                               std::string(dtype_name(kvt)) + ")");
+      }
+      continue;
+    }
+    if (!view->data) {
+      return Status::Invalid(std::string(name) + ": an int8 K/V cache needs its scales (fp32 [batch, kv_heads, seq_kv, 1])");
+    }
+    if (view->dtype != DType::kF32) {
+      return Status::Invalid(std::string(name) + ": dtype " + std::string(dtype_name(view->dtype)) + " (expected fp32)");
+    }
+    if (Status s = detail::check_view(name, *view, kv_batch, p.kv_heads(), kv_seq, 1, DType::kF32); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status validate(const AttentionParams& p, const AttentionTensors& t) {
   if (Status s = detail::validate_params(p); !s.ok()) return s;
   const bool varlen = p.cu_seqlens_q || p.cu_seqlens_kv;
@@ -414,8 +454,13 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
   // A paged cache's K and V are its pools: one sequence of all blocks' tokens.
   const std::int64_t kv_batch = p.block_table ? 1 : view_batch;
   const std::int64_t kv_seq = p.block_table ? p.kv_num_blocks * p.block_size : p.seq_kv;
-  if (Status s = detail::check_view("K", t.k, kv_batch, p.kv_heads(), kv_seq, p.head_dim, dt); !s.ok()) return s;
-  if (Status s = detail::check_view("V", t.v, kv_batch, p.kv_heads(), kv_seq, p.head_dim, dt); !s.ok()) return s;
+  if (dt == DType::kI8) {
+    return Status::Invalid("Q: int8 is a K/V cache dtype (with fp16 or bf16 Q), not an input dtype");
+  }
+  if (Status s = check_quantized_kv(p, t, kv_batch, kv_seq); !s.ok()) return s;
+  const DType kvt = t.k.dtype;
+  if (Status s = detail::check_view("K", t.k, kv_batch, p.kv_heads(), kv_seq, p.head_dim, kvt); !s.ok()) return s;
+  if (Status s = detail::check_view("V", t.v, kv_batch, p.kv_heads(), kv_seq, p.head_dim, kvt, "K"); !s.ok()) return s;
   // FP8 inputs write a wider output; every other dtype writes its own.
   if (is_fp8(dt) && is_fp8(t.o.dtype)) {
     return Status::Invalid("O: dtype " + std::string(dtype_name(t.o.dtype)) + " is not an output dtype for " +
@@ -428,9 +473,11 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
         std::tuple{"descale_k", p.descale_k, p.descale_k_count, p.kv_heads()},
         std::tuple{"descale_v", p.descale_v, p.descale_v_count, p.kv_heads()}}) {
     if (!values) continue;
-    if (!is_fp8(dt)) {
-      return Status::Invalid(std::string(name) + " applies to FP8 inputs only (the inputs are " +
-                             std::string(dtype_name(dt)) + ")");
+    const bool of_q = std::string_view(name) == "descale_q";  // descale_k and _v are K's and V's
+    const DType of = of_q ? dt : kvt;
+    if (!is_fp8(of)) {
+      return Status::Invalid(std::string(name) + " applies to FP8 tensors only (" + (of_q ? "Q is " : "K/V are ") +
+                             std::string(dtype_name(of)) + ")");
     }
     if (count != 1 && count != heads) {
       return Status::Invalid(std::string(name) + ": " + std::to_string(count) + " factors (expected 1, or one per head: " +

@@ -57,18 +57,24 @@ Unpaged unpage(const AttentionParams& p, const AttentionTensors& t) {
   Unpaged u{p, t, {}};
   const std::int64_t B = p.batch, Hkv = p.kv_heads(), S = p.seq_kv, D = p.head_dim, bs = p.block_size;
   const std::size_t es = dtype_size(t.k.dtype), one = static_cast<std::size_t>(B * Hkv * S * D) * es;
-  u.storage.assign(2 * one, 0);
-  char* dst[2] = {u.storage.data(), u.storage.data() + one};
-  const TensorView* src[2] = {&t.k, &t.v};
-  for (int kv = 0; kv < 2; ++kv) {
+  // An int8 cache's scales come along, [batch, kv_heads, seq_kv, 1] each.
+  const bool scaled = t.k_scale.data != nullptr;
+  const std::size_t scale_one = scaled ? static_cast<std::size_t>(B * Hkv * S) * sizeof(float) : 0;
+  u.storage.assign(2 * one + 2 * scale_one, 0);
+  char* dst[4] = {u.storage.data(), u.storage.data() + one, u.storage.data() + 2 * one,
+                  u.storage.data() + 2 * one + scale_one};
+  const TensorView* src[4] = {&t.k, &t.v, &t.k_scale, &t.v_scale};
+  for (int kv = 0; kv < (scaled ? 4 : 2); ++kv) {
+    const std::int64_t width = kv < 2 ? D : 1;
+    const std::size_t size = kv < 2 ? es : sizeof(float);
     for (std::int64_t b = 0; b < B; ++b) {
       for (std::int64_t h = 0; h < Hkv; ++h) {
         const std::int64_t keys = p.seqlens_kv ? p.seqlens_kv[b] : S;
         for (std::int64_t j = 0; j < keys; ++j) {
           const std::int64_t token = std::int64_t(p.block_table[b * p.max_blocks_per_seq + j / bs]) * bs + j % bs;
-          for (std::int64_t d = 0; d < D; ++d) {
-            std::memcpy(dst[kv] + (((b * Hkv + h) * S + j) * D + d) * es,
-                        static_cast<const char*>(src[kv]->data) + src[kv]->offset(0, h, token, d) * es, es);
+          for (std::int64_t d = 0; d < width; ++d) {
+            std::memcpy(dst[kv] + (((b * Hkv + h) * S + j) * width + d) * size,
+                        static_cast<const char*>(src[kv]->data) + src[kv]->offset(0, h, token, d) * size, size);
           }
         }
       }
@@ -78,6 +84,10 @@ Unpaged unpage(const AttentionParams& p, const AttentionTensors& t) {
   u.params.max_blocks_per_seq = u.params.block_size = u.params.kv_num_blocks = 0;
   u.tensors.k = make_view(dst[0], t.k.dtype, Layout::kBNSD, B, Hkv, S, D);
   u.tensors.v = make_view(dst[1], t.v.dtype, Layout::kBNSD, B, Hkv, S, D);
+  if (scaled) {
+    u.tensors.k_scale = make_view(dst[2], DType::kF32, Layout::kBNSD, B, Hkv, S, 1);
+    u.tensors.v_scale = make_view(dst[3], DType::kF32, Layout::kBNSD, B, Hkv, S, 1);
+  }
   return u;
 }
 
@@ -90,25 +100,33 @@ Unpaged unpage(const AttentionParams& p, const AttentionTensors& t) {
 // defaults stand.
 template <class Fn>
 Status for_each_sequence(const AttentionParams& p, const AttentionTensors& t, Fn&& fn) {
-  const std::size_t es = dtype_size(t.q.dtype);
+  const std::size_t es = dtype_size(t.q.dtype), kv_es = dtype_size(t.k.dtype);
+  // An int8 cache's scale views follow their K and V (`at` keys or batch entries on).
+  auto move_scales = [](AttentionTensors& st, std::int64_t at, int axis) {
+    for (TensorView* scale : {&st.k_scale, &st.v_scale}) {
+      if (scale->data) scale->data = static_cast<float*>(scale->data) + at * scale->strides[axis];
+    }
+  };
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const AttentionParams sp = sequence_params(p, b);
     AttentionTensors st = t;
     std::int64_t row0 = b * p.seq_q;
     if (p.seqlens_kv) {
       st.q.data = static_cast<char*>(t.q.data) + b * t.q.strides[0] * es;
-      st.k.data = static_cast<char*>(t.k.data) + b * t.k.strides[0] * es;
-      st.v.data = static_cast<char*>(t.v.data) + b * t.v.strides[0] * es;
-      st.q.shape[0] = st.k.shape[0] = st.v.shape[0] = st.o.shape[0] = 1;
+      st.k.data = static_cast<char*>(t.k.data) + b * t.k.strides[0] * kv_es;
+      st.v.data = static_cast<char*>(t.v.data) + b * t.v.strides[0] * kv_es;
+      move_scales(st, b, 0);
+      st.q.shape[0] = st.k.shape[0] = st.v.shape[0] = st.o.shape[0] = st.k_scale.shape[0] = st.v_scale.shape[0] = 1;
     } else {
       row0 = p.cu_seqlens_q[b];
       const std::int64_t k0 = p.cu_seqlens_kv[b];
       st.q.data = static_cast<char*>(t.q.data) + row0 * t.q.strides[2] * es;
-      st.k.data = static_cast<char*>(t.k.data) + k0 * t.k.strides[2] * es;
-      st.v.data = static_cast<char*>(t.v.data) + k0 * t.v.strides[2] * es;
+      st.k.data = static_cast<char*>(t.k.data) + k0 * t.k.strides[2] * kv_es;
+      st.v.data = static_cast<char*>(t.v.data) + k0 * t.v.strides[2] * kv_es;
+      move_scales(st, k0, 2);
     }
     st.q.shape[2] = sp.seq_q;
-    st.k.shape[2] = st.v.shape[2] = sp.seq_kv;
+    st.k.shape[2] = st.v.shape[2] = st.k_scale.shape[2] = st.v_scale.shape[2] = sp.seq_kv;
     st.o.shape[2] = sp.seq_q;
     if (sp.seq_q == 0 || sp.seq_kv == 0) continue;
     if (Status s = fn(sp, st, row0); !s.ok()) return s;
@@ -166,7 +184,8 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
   detail::ThreadPool::global().parallel_for(B * H, threads, [&](std::int64_t bh, int) {
     const std::int64_t b = bh / H, h = bh % H, hk = h / group;
     const double sink = p.sinks ? double(p.sinks[h]) : -std::numeric_limits<double>::infinity();
-    // FP8 inputs: each element times its tensor's (or head's) descale factor.
+    // FP8 inputs and caches: each element times its tensor's (or head's)
+    // descale factor; an int8 cache's: times its key's scale.
     auto descale = [](const float* f, std::int64_t count, std::int64_t head) {
       return f ? double(f[count > 1 ? head : 0]) : 1.0;
     };
@@ -174,9 +193,11 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
                  dv = descale(p.descale_v, p.descale_v_count, hk);
     std::vector<double> k(Skv * D), v(Skv * D), q(D), s(Skv);
     for (std::int64_t j = 0; j < Skv; ++j) {
+      const double ks = t.k_scale.data ? double(static_cast<const float*>(t.k_scale.data)[t.k_scale.offset(b, hk, j, 0)]) : 1.0;
+      const double vs = t.v_scale.data ? double(static_cast<const float*>(t.v_scale.data)[t.v_scale.offset(b, hk, j, 0)]) : 1.0;
       for (std::int64_t d = 0; d < D; ++d) {
-        k[j * D + d] = detail::load_as_f32(t.k.data, t.k.dtype, t.k.offset(b, hk, j, d)) * dk;
-        v[j * D + d] = detail::load_as_f32(t.v.data, t.v.dtype, t.v.offset(b, hk, j, d)) * dv;
+        k[j * D + d] = detail::load_as_f32(t.k.data, t.k.dtype, t.k.offset(b, hk, j, d)) * dk * ks;
+        v[j * D + d] = detail::load_as_f32(t.v.data, t.v.dtype, t.v.offset(b, hk, j, d)) * dv * vs;
       }
     }
     for (std::int64_t i = 0; i < Sq; ++i) {
@@ -223,9 +244,9 @@ namespace fa {
 
 Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t, DType compute, bool subtract_max,
                             double* out) {
-  if (is_fp8(t.q.dtype) || is_fp8(compute)) {
-    return Status::Unsupported("same_dtype_attention: no FP8 arithmetic (FP8 inputs are products of scaled values, "
-                               "checked against reference_forward)");
+  if (is_fp8(t.q.dtype) || is_fp8(compute) || t.k.dtype != t.q.dtype) {
+    return Status::Unsupported("same_dtype_attention: no FP8 or int8 arithmetic (FP8 inputs and quantized K/V caches "
+                               "are products of scaled values, checked against reference_forward)");
   }
   AttentionTensors checked;
   if (Status s = detail::check_host_call(p, t, out, "same_dtype_attention", &checked); !s.ok()) return s;

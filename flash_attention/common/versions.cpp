@@ -3,7 +3,7 @@
 // layout, mask mode and GQA, the score modifiers and dropout) on its fixed
 // 64 x 64 tiles, and refuses what came later: variable-length batches,
 // split-KV, attention sinks and the KV-cache features (paged blocks,
-// per-sequence key counts).  The planner and the dispatcher both ask
+// per-sequence key counts, quantized caches).  The planner and the dispatcher both ask
 // here, so a tool refuses before it allocates and a library call before it
 // touches data.
 #include <string>
@@ -32,7 +32,10 @@ Status fa1_lacks(const std::string& what) {
 
 }  // namespace
 
-Status version_supports(Version version, const AttentionParams& p, DType dtype) {
+Status version_supports(Version version, const AttentionParams& p, DType dtype, std::optional<DType> kv_dtype) {
+  if (kv_dtype && *kv_dtype != dtype && version == Version::kFA1) {
+    return fa1_lacks("a quantized K/V cache (" + std::string(dtype_name(*kv_dtype)) + ")");
+  }
   if (is_fp8(dtype) && version != Version::kFA3) {
     return Status::Unsupported("FP8 inputs (" + std::string(dtype_name(dtype)) + ") run on FlashAttention-3 only: use "
                                "fa3_forward (fa3_benchmark, fa3_test)");

@@ -96,7 +96,7 @@ void run_fa1_head(const AttentionJob& job, std::int64_t unit, float* scratch) {
   KeySpan span_buffer[kMaxRowVectors];
   for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
-    const KvTile kv = load_kv_tile<DT, false, /*kContiguous=*/true>(job, w, first.kbase, first.vbase, first.b, j0, cols, kv_end);
+    const KvTile kv = load_kv_tile<DT, false, /*kContiguous=*/true>(job, w, first.kbase, first.vbase, first.b, j0, cols, kv_end, first.kv_scales);
     laps.lap(kStageKv);
     for (std::int64_t qt = 0; qt < q_tiles; ++qt) {
       const TileItem it = tile_item(job, qt, 0, unit);

@@ -36,8 +36,8 @@ void run_tile(const AttentionJob& job, const Workspace& w, const TileItem& it) {
     const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
     const KeySpan* spans = tile_key_spans(job, it, j0, cols, span_buffer);
     // FA_ENABLE_ASYNC: the next tile's lines, streamed from inside the products.
-    KvLineStream next = kPrefetch ? next_kv_tile_lines<DT>(job, it.kbase, it.vbase, it.b, j0, kv_end) : KvLineStream{};
-    const KvTile kv = load_kv_tile<DT, false, /*kContiguous=*/true>(job, w, it.kbase, it.vbase, it.b, j0, cols, kv_end);
+    KvLineStream next = kPrefetch ? next_kv_tile_lines(job, it.kbase, it.vbase, it.b, j0, kv_end) : KvLineStream{};
+    const KvTile kv = load_kv_tile<DT, false, /*kContiguous=*/true>(job, w, it.kbase, it.vbase, it.b, j0, cols, kv_end, it.kv_scales);
     laps.lap(kStageKv);
     tile_scores(job, w, it.nvec, kv, cols, spans, kPrefetch ? &next : nullptr);
     laps.lap(kStageScores);

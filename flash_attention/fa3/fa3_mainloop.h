@@ -63,7 +63,7 @@ void run_tile_pair(const AttentionJob& job, const Workspace& wa, const Workspace
   const char *kbase = ia.kbase, *vbase = ia.vbase;
   auto load = [&](std::int64_t j0, int slot) {
     const int cols = static_cast<int>(end - j0 < tkv ? end - j0 : tkv);
-    return load_kv_tile<DT, false, /*kContiguous=*/true>(job, *buffers[slot], kbase, vbase, ia.b, j0, cols, end);
+    return load_kv_tile<DT, false, /*kContiguous=*/true>(job, *buffers[slot], kbase, vbase, ia.b, j0, cols, end, ia.kv_scales);
   };
   auto softmax_and_accumulate = [&](PairTile& t, std::int64_t j0, const KvTile& kv, KvLineStream* next) {
     softmax_raw_tile<DT>(job, t.w, t.it, j0, t.cols);
@@ -87,7 +87,7 @@ void run_tile_pair(const AttentionJob& job, const Workspace& wa, const Workspace
   for (std::int64_t j0 = begin; j0 < end; j0 += tkv) {
     const std::int64_t next_j = j0 + tkv;
     // The next tile's lines, streamed from inside B's Q·Kᵀ and A's P·V.
-    KvLineStream next = kPrefetch ? next_kv_tile_lines<DT>(job, kbase, vbase, ia.b, j0, end) : KvLineStream{};
+    KvLineStream next = kPrefetch ? next_kv_tile_lines(job, kbase, vbase, ia.b, j0, end) : KvLineStream{};
     // Ping: B's scores on tile j while A's softmax and P·V wait on A's.
     if (b.attends(j0)) {
       b.at(job, j0, tkv);

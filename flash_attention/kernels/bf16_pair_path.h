@@ -58,9 +58,10 @@ inline std::uint32_t* pairs_buffer(const Workspace& w, int tq) {
 }
 
 // Whole blocks only: 32 dims per A block of the first product, 32 keys per
-// A block of the second, 16 rows per B block.  Other shapes run the AVX-512 loop.
+// A block of the second, 16 rows per B block.  Other shapes, and quantized
+// K/V caches (int8, FP8 with 16-bit Q), run the AVX-512 loop.
 inline bool pair_tile_path_fits(const AttentionJob& job) {
-  return job.head_dim % 32 == 0 && job.tile_kv % 32 == 0 && job.tile_q % 16 == 0;
+  return job.kv_dtype == job.dtype && job.head_dim % 32 == 0 && job.tile_kv % 32 == 0 && job.tile_q % 16 == 0;
 }
 
 // In-register transpose of a 16 x 16 block of 32-bit elements.
@@ -445,7 +446,7 @@ inline KvOperands shared_kv_tile(const AttentionJob& job, const TileItem& it, st
 template <DType DT>
 inline KvLineStream next_tile_lines(const AttentionJob& job, const TileItem& it, std::int64_t j0) {
   constexpr int kP = kPieces<DT>;
-  KvLineStream next = next_kv_tile_lines<DT>(job, it.kbase, it.vbase, it.b, j0, it.kv_end);
+  KvLineStream next = next_kv_tile_lines(job, it.kbase, it.vbase, it.b, j0, it.kv_end);
   if (next.part != 0) return next;
   std::uint32_t* state = nullptr;
   const std::uint16_t* slot = kv_pack_slot(job, it, j0 + job.tile_kv, next.rows, kP, &state);

@@ -1,4 +1,5 @@
-// FP8 to fp32, eight values at a time with F16C, on the paths that have it
+// FP8 and int8 to fp32 (the 8-bit inputs and quantized K/V caches), a vector
+// at a time.  FP8: eight values at a time with F16C, on the paths that have it
 // (avx2, and the AVX-512 paths, which are built with AVX2 and F16C too).
 // Both formats are re-read as fp16 bit patterns, which F16C widens exactly:
 // e5m2 is an fp16's top byte; an e4m3 byte shifted into an fp16's exponent
@@ -34,6 +35,48 @@ inline __m256 fp8x8_to_f32(const std::uint8_t* src) {
 template <DType DT>
 inline void convert_fp8(const std::uint8_t* src, float* dst, int n) {
   for (int i = 0; i < n; i += 8) _mm256_storeu_ps(dst + i, fp8x8_to_f32<DT>(src + i));
+}
+
+// The row path's FP8 widening, in fewer instructions (decoding reads each
+// K/V element once, so the widening is most of its work): the values times
+// kFp8RowUnit<DT> (2^-8 for e4m3: its bits read as an fp16 without the
+// multiplication by 256, which the row path folds into the score and
+// output scales; 1 for e5m2), exact, NaN kept.  The byte lands in an fp16
+// lane's top half (an unpack with zero); for e4m3 an arithmetic shift by one
+// then puts the exponent and mantissa in fp16's fields and copies the sign
+// into bit 14, which the mask clears; the NaN code's lanes get fp16's
+// all-ones exponent.
+template <DType DT>
+inline constexpr float kFp8RowUnit = DT == DType::kFP8E4M3 ? 1.0f / 256.0f : 1.0f;
+
+template <DType DT>
+inline __m256 fp8x8_to_f32_row_unit(const std::uint8_t* src) {
+  const __m128i w = _mm_unpacklo_epi8(_mm_setzero_si128(), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src)));
+  if constexpr (DT == DType::kFP8E5M2) {
+    return _mm256_cvtph_ps(w);
+  } else {
+    const __m128i bits = _mm_and_si128(_mm_srai_epi16(w, 1), _mm_set1_epi16(static_cast<short>(0xbf80)));
+    const __m128i nan = _mm_cmpeq_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f00)), _mm_set1_epi16(0x7f00));
+    return _mm256_cvtph_ps(_mm_or_si128(bits, _mm_and_si128(nan, _mm_set1_epi16(0x7c00))));
+  }
+}
+
+// Vec::W values to fp32 in one vector: FP8 (times kFp8RowUnit), and int8
+// (sign-extended to 32 bits, then converted exactly).
+template <DType DT>
+inline Vec::T fp8_vec_to_f32(const std::uint8_t* src) {
+#if defined(__AVX512F__)
+  return _mm512_insertf32x8(_mm512_castps256_ps512(fp8x8_to_f32_row_unit<DT>(src)), fp8x8_to_f32_row_unit<DT>(src + 8), 1);
+#else
+  return fp8x8_to_f32_row_unit<DT>(src);
+#endif
+}
+inline Vec::T i8_vec_to_f32(const std::int8_t* src) {
+#if defined(__AVX512F__)
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
+#else
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src))));
+#endif
 }
 
 }  // namespace fa::FA_KERNEL_NS

@@ -43,7 +43,14 @@ struct AttentionJob {
   float* lse;             // may be null
   std::int64_t lse_strides[2];  // batch, head (elements); rows are contiguous
   const std::int8_t* mask;  // may be null
-  DType dtype;            // of Q, K and V
+  DType dtype;            // of Q (and of K and V unless kv_dtype differs)
+  // K's and V's: dtype, or a quantized cache's int8 / FP8 with fp16 or bf16
+  // Q (dequantized as read: FP8 through descale[1] and [2]; int8 through
+  // kv_scale, element [b * s[0] + h * s[1] + row * s[2]] of
+  // kv_scale_strides[K or V], the row a pool row when paged).
+  DType kv_dtype;
+  const float* kv_scale[2];
+  std::int64_t kv_scale_strides[2][3];
   DType o_dtype;          // of O: dtype, or for FP8 inputs fp32, fp16 or bf16
   // FP8 dequantization factors of Q, K and V (null: 1), element [head *
   // descale_stride] (stride 0: one per tensor; 1: one per head).

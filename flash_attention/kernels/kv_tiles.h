@@ -80,7 +80,37 @@ inline float load_scalar(const void* base, std::int64_t i) {
   else if constexpr (DT == DType::kF16) return detail::f16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
   else if constexpr (DT == DType::kBF16) return detail::bf16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
   else if constexpr (DT == DType::kFP8E4M3) return detail::fp8_e4m3_to_f32(static_cast<const std::uint8_t*>(base)[i]);
-  else return detail::fp8_e5m2_to_f32(static_cast<const std::uint8_t*>(base)[i]);
+  else if constexpr (DT == DType::kFP8E5M2) return detail::fp8_e5m2_to_f32(static_cast<const std::uint8_t*>(base)[i]);
+  else return static_cast<float>(static_cast<const std::int8_t*>(base)[i]);
+}
+
+// Rows [0, rows) of a quantized cache's K or V tile (int8, or FP8 read with
+// 16-bit Q: job.kv_dtype) to fp32 [rows][D]: int8 rows times their scale
+// (scale[r * scale_stride]), FP8 as their values (the descale factors
+// apply to the scores and outputs, as for FP8 inputs).  Not a template: one
+// copy per path serves every Q dtype's loops.
+inline void load_quantized_tile(DType kv_dtype, const void* src, std::int64_t row_stride, const float* scale,
+                                std::int64_t scale_stride, int rows, int D, float* dst) {
+  for (int r = 0; r < rows; ++r) {
+    float* out = dst + std::int64_t(r) * D;
+    const auto* in = static_cast<const std::uint8_t*>(src) + r * row_stride;
+    if (kv_dtype == DType::kI8) {
+      const float f = scale[r * scale_stride];
+      int d = 0;
+#if defined(FA_HAVE_SIMD_CONVERT)
+      for (; d + Vec::W <= D; d += Vec::W) {
+        Vec::store(out + d, Vec::mul(i8_vec_to_f32(reinterpret_cast<const std::int8_t*>(in) + d), Vec::set1(f)));
+      }
+#endif
+      for (; d < D; ++d) out[d] = static_cast<float>(static_cast<std::int8_t>(in[d])) * f;
+      continue;
+    }
+#if defined(FA_HAVE_SIMD_CONVERT)
+    if (kv_dtype == DType::kFP8E4M3) convert_fp8<DType::kFP8E4M3>(in, out, D); else convert_fp8<DType::kFP8E5M2>(in, out, D);
+#else
+    for (int d = 0; d < D; ++d) out[d] = kv_dtype == DType::kFP8E4M3 ? detail::fp8_e4m3_to_f32(in[d]) : detail::fp8_e5m2_to_f32(in[d]);
+#endif
+  }
 }
 
 // Runs fn.template operator()<ODT>() with the job's output dtype as ODT:
@@ -133,13 +163,12 @@ inline std::int64_t kv_row(const AttentionJob& job, std::int64_t b, std::int64_t
 
 // The lines of batch b's K/V tile after the one at j0: `heads` K/V heads side
 // by side from kbase / vbase (their rows' head_dim x heads elements contiguous).
-template <DType DT>
 inline KvLineStream next_kv_tile_lines(const AttentionJob& job, const char* kbase, const char* vbase, std::int64_t b,
                                        std::int64_t j0, std::int64_t kv_end, int heads = 1) {
   KvLineStream s;
   const std::int64_t j1 = j0 + job.tile_kv;
   if (j1 >= kv_end) return s;
-  const std::int64_t es = static_cast<std::int64_t>(dtype_size(DT)), row = kv_row(job, b, j1);
+  const std::int64_t es = kv_elem_bytes(job), row = kv_row(job, b, j1);
   s.base[0] = kbase + row * job.k_strides[2] * es;
   s.base[1] = vbase + row * job.v_strides[2] * es;
   s.stride[0] = job.k_strides[2] * es;
@@ -150,15 +179,23 @@ inline KvLineStream next_kv_tile_lines(const AttentionJob& job, const char* kbas
   return s;
 }
 
+// A quantized cache (job.kv_dtype differs from DT) is dequantized into the
+// buffers (`scales`: an int8 cache's, at the head's first key).
 template <DType DT, bool kPrefetch, bool kContiguous = false>
 inline KvTile load_kv_tile(const AttentionJob& job, const Workspace& w, const char* kbase, const char* vbase, std::int64_t b,
-                           std::int64_t j0, int cols, std::int64_t kv_end) {
+                           std::int64_t j0, int cols, std::int64_t kv_end, KvScales scales = {}) {
   const int D = static_cast<int>(job.head_dim);
   const std::size_t es = dtype_size(DT);
   const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2], row = kv_row(job, b, j0);
   if constexpr (kPrefetch) {  // FA_ENABLE_ASYNC: the next tile's rows, all at once
-    KvLineStream next = next_kv_tile_lines<DT>(job, kbase, vbase, b, j0, kv_end);
+    KvLineStream next = next_kv_tile_lines(job, kbase, vbase, b, j0, kv_end);
     next.issue<3>(next.total_lines());
+  }
+  if (job.kv_dtype != DT) {
+    const std::int64_t kss = job.kv_scale_strides[0][2], vss = job.kv_scale_strides[1][2];
+    load_quantized_tile(job.kv_dtype, kbase + row * ks, ks, scales.k ? scales.k + row * kss : nullptr, kss, cols, D, w.kbuf);
+    load_quantized_tile(job.kv_dtype, vbase + row * vs, vs, scales.v ? scales.v + row * vss : nullptr, vss, cols, D, w.vbuf);
+    return {w.kbuf, w.vbuf, D, D};
   }
   if constexpr (DT == DType::kF32 && !kContiguous) {
     return {reinterpret_cast<const float*>(kbase) + row * ks, reinterpret_cast<const float*>(vbase) + row * vs, ks, vs};

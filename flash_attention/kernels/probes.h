@@ -46,6 +46,11 @@ inline void widen_array(DType dtype, const void* in, float* out, int n) {
     case DType::kBF16: load_tile<DType::kBF16>(in, 0, 1, n, out); break;
     case DType::kFP8E4M3: load_tile<DType::kFP8E4M3>(in, 0, 1, n, out); break;
     case DType::kFP8E5M2: load_tile<DType::kFP8E5M2>(in, 0, 1, n, out); break;
+    case DType::kI8: {  // a quantized cache's row, at scale 1
+      const float one = 1.0f;
+      load_quantized_tile(DType::kI8, in, 0, &one, 0, 1, n, out);
+      break;
+    }
   }
 }
 

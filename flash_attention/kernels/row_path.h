@@ -14,12 +14,15 @@ namespace fa::FA_KERNEL_NS {
 using detail::kRowPathMaxRows;
 
 
-// K and V elements of the row path: fp32 rows, or 16-bit rows widened in
-// registers (the avx2 and avx512 paths, which have F16C) — decoding reads
-// each K/V element once, so a separate widening pass into a buffer would
-// double its memory traffic.
+// K and V elements of the row path: fp32 rows, or 16-bit and 8-bit rows
+// (fp16, bf16; FP8, and int8 of a quantized cache) widened in registers
+// (the avx2 and avx512 paths, which have F16C): decoding reads each K/V
+// element once, so a separate widening pass into a buffer would double its
+// memory traffic.
 template <DType DT>
-using Elem = std::conditional_t<DT == DType::kF32, float, std::conditional_t<is_fp8(DT), std::uint8_t, std::uint16_t>>;
+using Elem = std::conditional_t<
+    DT == DType::kF32, float,
+    std::conditional_t<DT == DType::kI8, std::int8_t, std::conditional_t<is_fp8(DT), std::uint8_t, std::uint16_t>>>;
 
 template <DType DT>
 inline typename Vec::T load_elems(const Elem<DT>* p) {
@@ -29,10 +32,34 @@ inline typename Vec::T load_elems(const Elem<DT>* p) {
 #if defined(FA_HAVE_SIMD_CONVERT)
   else if constexpr (DT == DType::kF16) {
     return Vec::load_f16(p);
-  } else {
+  } else if constexpr (DT == DType::kBF16) {
     return Vec::load_bf16(p);
+  } else if constexpr (DT == DType::kI8) {
+    return i8_vec_to_f32(p);
+  } else {
+    return fp8_vec_to_f32<DT>(p);
   }
 #endif
+}
+
+// An int8 cache's per-key scales of one K or V tile (key c's at
+// p[c * stride]): the row path multiplies each score by its key's K scale
+// as the dot product ends, and each probability by its key's V scale as
+// P·V broadcasts it; other K/V dtypes pass none.
+struct KeyScales {
+  const float* p = nullptr;
+  std::int64_t stride = 0;
+  float operator[](int c) const { return p[c * stride]; }
+};
+
+// The last head_dim % Vec::W elements, as load_elems widens them (FP8 in
+// its units: kFp8RowUnit).
+template <DType DT>
+inline float load_elem(const Elem<DT>* p, int d) {
+#if defined(FA_HAVE_SIMD_CONVERT)
+  if constexpr (is_fp8(DT)) return load_scalar<DT>(p, d) * kFp8RowUnit<DT>;
+#endif
+  return load_scalar<DT>(p, d);
 }
 
 // Query rows per register block of the row path's two products: each K or V
@@ -51,13 +78,19 @@ inline constexpr int kPvKeys = 8;    // keys per P·V block (see row_accumulate)
 // streams the next K/V tile's lines, `per_block` lines a key block.
 template <DType DT, int NR>
 inline void row_scores(const float* q, int D, const Elem<DT>* k, std::int64_t ldk, int cols, float* s, std::int64_t lds,
-                       KvLineStream& next, int per_block) {
+                       KvLineStream& next, int per_block, KeyScales key_scales = {}) {
   constexpr int W = Vec::W, KB = kKeyBlock;
   static_assert(KB == 4, "one reduce_add4 per row and key block");
   const int dv = D / W * W;
   int c = 0;
   for (; c + KB <= cols; c += KB) {
     next.issue(per_block);
+    // An int8 cache's key scales, loaded ahead of the products that hide
+    // their latency, and applied to the sums before they are reduced.
+    [[maybe_unused]] float ks[KB];
+    if constexpr (DT == DType::kI8) {
+      for (int j = 0; j < KB; ++j) ks[j] = key_scales[c + j];
+    }
     typename Vec::T acc[NR][KB];
     for (int r = 0; r < NR; ++r) {
       for (int j = 0; j < KB; ++j) acc[r][j] = Vec::zero();
@@ -72,10 +105,15 @@ inline void row_scores(const float* q, int D, const Elem<DT>* k, std::int64_t ld
     }
     for (int r = 0; r < NR; ++r) {
       float* out = s + r * lds + c;
+      if constexpr (DT == DType::kI8) {
+        for (int j = 0; j < KB; ++j) acc[r][j] = Vec::mul(acc[r][j], Vec::set1(ks[j]));
+      }
       Vec::reduce_add4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], out);
       if (dv < D) {
         for (int j = 0; j < KB; ++j) {
-          for (int d = dv; d < D; ++d) out[j] += q[r * D + d] * load_scalar<DT>(k + (c + j) * ldk, d);
+          float tail = 0.0f;
+          for (int d = dv; d < D; ++d) tail += q[r * D + d] * load_elem<DT>(k + (c + j) * ldk, d);
+          out[j] += DT == DType::kI8 ? tail * ks[j] : tail;
         }
       }
     }
@@ -86,7 +124,8 @@ inline void row_scores(const float* q, int D, const Elem<DT>* k, std::int64_t ld
       typename Vec::T acc = Vec::zero();
       for (int d = 0; d < dv; d += W) acc = Vec::fmadd(Vec::load(q + r * D + d), load_elems<DT>(k + c * ldk + d), acc);
       float sum = Vec::reduce_add(acc);
-      for (int d = dv; d < D; ++d) sum += q[r * D + d] * load_scalar<DT>(k + c * ldk, d);
+      for (int d = dv; d < D; ++d) sum += q[r * D + d] * load_elem<DT>(k + c * ldk, d);
+      if constexpr (DT == DType::kI8) sum *= key_scales[c];
       s[r * lds + c] = sum;
     }
   }
@@ -96,7 +135,7 @@ inline void row_scores(const float* q, int D, const Elem<DT>* k, std::int64_t ld
 // alpha (on the tile's first keys only) + sum_c p_c v_c, keys in order.
 template <DType DT, int NR, int NV>
 inline void pv_chunk(float* o, int D, const float* alpha, bool first, const float* p, std::int64_t ldp, const Elem<DT>* v,
-                     std::int64_t ldv, int c0, int c1, int d0) {
+                     std::int64_t ldv, int c0, int c1, int d0, KeyScales value_scales) {
   constexpr int W = Vec::W;
   typename Vec::T acc[NR][NV];
   for (int r = 0; r < NR; ++r) {
@@ -109,8 +148,9 @@ inline void pv_chunk(float* o, int D, const float* alpha, bool first, const floa
   for (int c = c0; c < c1; ++c) {
     typename Vec::T vv[NV];
     for (int k = 0; k < NV; ++k) vv[k] = load_elems<DT>(v + c * ldv + d0 + k * W);
+    [[maybe_unused]] const float vs = DT == DType::kI8 ? value_scales[c] : 1.0f;
     for (int r = 0; r < NR; ++r) {
-      const typename Vec::T pc = Vec::set1(p[r * ldp + c]);
+      const typename Vec::T pc = Vec::set1(DT == DType::kI8 ? p[r * ldp + c] * vs : p[r * ldp + c]);
       for (int k = 0; k < NV; ++k) acc[r][k] = Vec::fmadd(pc, vv[k], acc[r][k]);
     }
   }
@@ -129,7 +169,7 @@ inline void pv_chunk(float* o, int D, const float* alpha, bool first, const floa
 // however the rows are blocked.  `next` as in row_scores.
 template <DType DT, int NR>
 inline void row_accumulate(float* o, int D, const float* alpha, const float* p, std::int64_t ldp, const Elem<DT>* v,
-                           std::int64_t ldv, int cols, KvLineStream& next, int per_block) {
+                           std::int64_t ldv, int cols, KvLineStream& next, int per_block, KeyScales value_scales = {}) {
   constexpr int W = Vec::W, kChunk = 4;
   const int dv = D / W * W;
   for (int c0 = 0; c0 < cols; c0 += kPvKeys) {
@@ -137,21 +177,32 @@ inline void row_accumulate(float* o, int D, const float* alpha, const float* p, 
     const int c1 = c0 + kPvKeys < cols ? c0 + kPvKeys : cols;
     const bool first = c0 == 0;
     int d0 = 0;
-    for (; d0 + kChunk * W <= dv; d0 += kChunk * W) pv_chunk<DT, NR, kChunk>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0);
+    for (; d0 + kChunk * W <= dv; d0 += kChunk * W) pv_chunk<DT, NR, kChunk>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0, value_scales);
     switch ((dv - d0) / W) {
-      case 3: pv_chunk<DT, NR, 3>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0); break;
-      case 2: pv_chunk<DT, NR, 2>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0); break;
-      case 1: pv_chunk<DT, NR, 1>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0); break;
+      case 3: pv_chunk<DT, NR, 3>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0, value_scales); break;
+      case 2: pv_chunk<DT, NR, 2>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0, value_scales); break;
+      case 1: pv_chunk<DT, NR, 1>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0, value_scales); break;
       default: break;
     }
   }
   for (int r = 0; r < NR; ++r) {  // the last D % W elements
     for (int d = dv; d < D; ++d) {
       float acc = o[r * D + d] * alpha[r];
-      for (int c = 0; c < cols; ++c) acc += p[r * ldp + c] * load_scalar<DT>(v + c * ldv, d);
+      for (int c = 0; c < cols; ++c) {
+        const float pc = DT == DType::kI8 ? p[r * ldp + c] * value_scales[c] : p[r * ldp + c];
+        acc += pc * load_elem<DT>(v + c * ldv, d);
+      }
       o[r * D + d] = acc;
     }
   }
+}
+
+// The cache lines of n floats `stride` apart (an int8 cache's per-key
+// scales), into L2.
+inline void prefetch_strided(const float* p, std::int64_t stride, int n) {
+  const std::int64_t step = stride >= 16 ? 1 : 16 / (stride > 0 ? stride : 16);
+  for (std::int64_t c = 0; c < n; c += step) __builtin_prefetch(p + c * stride, 0, 2);
+  if (n > 0) __builtin_prefetch(p + (n - 1) * stride, 0, 2);
 }
 
 // Rows [0, total) in register blocks of kRowBlock, the last ones smaller:
@@ -195,15 +246,16 @@ inline std::size_t row_path_workspace_floats(const AttentionJob& job) {
 // is read for the item's K/V heads in turn, so a layout whose heads share a
 // token's row (BSH, BSND, TND) is read as whole contiguous rows, not one
 // head's slice at a stride of all of them.  `w_tile` starts the item's
-// scratch, which holds row_path_workspace_floats.
-template <DType DT, bool kPrefetch>
-void run_rows(const AttentionJob& job, const Workspace& w_tile, const TileItem& it) {
+// scratch, which holds row_path_workspace_floats.  KDT: K's and V's dtype
+// (DT, or a quantized cache's int8 / FP8; see run_rows).
+template <DType DT, DType KDT, bool kPrefetch>
+void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileItem& it) {
   const int rows = it.rows;
   const std::int64_t i0 = it.i0, kv_begin = it.kv_begin, kv_end = it.kv_end, b = it.b, h = it.h, split = it.split;
   const char *qbase = it.qbase, *kbase = it.kbase, *vbase = it.vbase;
   const int D = static_cast<int>(job.head_dim);
   const int tkv = job.tile_kv;
-  const std::size_t es = dtype_size(DT);
+  const std::int64_t es = static_cast<std::int64_t>(dtype_size(DT)), kv_es = static_cast<std::int64_t>(dtype_size(KDT));
   const Workspace w = Workspace::carve(w_tile.qt, row_path_rows(job), tkv, D);
   const int total_rows = rows * job.pack_group;
   // The item's K/V heads, each with the rows of its group's query heads.
@@ -221,11 +273,20 @@ void run_rows(const AttentionJob& job, const Workspace& w_tile, const TileItem& 
     w.l[rr] = initial_row_sum(job, split);
   }
 #if defined(FA_HAVE_SIMD_CONVERT)
-  // 16-bit K/V are read in place and widened in registers (see load_elems).
-  constexpr bool kFused = DT == DType::kF16 || DT == DType::kBF16;
+  // 16-bit and 8-bit K/V are read in place and widened in registers (see
+  // load_elems); FP8 in its units (kFp8RowUnit), which the score scale and
+  // the output's denominator take back.
+  constexpr bool kFused = KDT != DType::kF32;
+  constexpr float kUnit = is_fp8(KDT) ? kFp8RowUnit<KDT> : 1.0f;
 #else
   constexpr bool kFused = false;
+  constexpr float kUnit = 1.0f;
 #endif
+  // An int8 cache read in place: each score times its key's K scale, each
+  // probability (after the row sum took it) times its key's V scale, inside
+  // the two products (KeyScales).  (Widened into buffers, the scales are
+  // applied there.)
+  constexpr bool kKeyScales = kFused && KDT == DType::kI8;
   float* s = w.st;  // [head_rows][tile_kv] scores, then probabilities
   const std::int64_t lds = tkv;
   // Fused: the next tile's lines stream into L2 during this tile's work
@@ -245,26 +306,51 @@ void run_rows(const AttentionJob& job, const Workspace& w_tile, const TileItem& 
     KvLineStream next;
     int per_block = 0;
     if (kFused && whole_rows) {
-      next = next_kv_tile_lines<DT>(job, kbase, vbase, b, j0, kv_end, kv_heads);
+      next = next_kv_tile_lines(job, kbase, vbase, b, j0, kv_end, kv_heads);
       per_block = next.per_step(kv_heads * steps, 1);
     }
     for (int g = 0; g < kv_heads; ++g) {
-      const char* kb = kbase + g * job.k_strides[1] * static_cast<std::int64_t>(es);
-      const char* vb = vbase + g * job.v_strides[1] * static_cast<std::int64_t>(es);
+      const char* kb = kbase + g * job.k_strides[1] * kv_es;
+      const char* vb = vbase + g * job.v_strides[1] * kv_es;
+      const KvScales scales = it.kv_scales.next_heads(job, g);
       const int first = g * head_rows;
       if (kFused && !whole_rows) {
-        next = next_kv_tile_lines<DT>(job, kb, vb, b, j0, kv_end);
+        next = next_kv_tile_lines(job, kb, vb, b, j0, kv_end);
         per_block = next.per_step(steps, 1);
       }
-      const KvTile kv = kFused ? KvTile{} : load_kv_tile<DT, kPrefetch>(job, w, kb, vb, b, j0, cols, kv_end);
+      const KvTile kv = kFused ? KvTile{} : load_kv_tile<DT, kPrefetch>(job, w, kb, vb, b, j0, cols, kv_end, scales);
       [[maybe_unused]] const std::int64_t row = kv_row(job, b, j0);
-      [[maybe_unused]] const auto* k16 = reinterpret_cast<const std::uint16_t*>(kb) + row * job.k_strides[2];
-      [[maybe_unused]] const auto* v16 = reinterpret_cast<const std::uint16_t*>(vb) + row * job.v_strides[2];
+      [[maybe_unused]] const auto* kin = reinterpret_cast<const Elem<KDT>*>(kb) + row * job.k_strides[2];
+      [[maybe_unused]] const auto* vin = reinterpret_cast<const Elem<KDT>*>(vb) + row * job.v_strides[2];
+      // An int8 cache's scales of the tile's keys, gathered into the
+      // (otherwise unused) K buffer once per tile, so the products' inner
+      // loops read them from L1 at unit stride whatever the scales' layout
+      // (in BSH a key's scales lie kv_heads apart); and the next tile's sent
+      // into L2, which the K/V line stream does not cover.
+      [[maybe_unused]] KeyScales kscale, vscale;
+      if constexpr (kKeyScales) {
+        const std::int64_t kss = job.kv_scale_strides[0][2], vss = job.kv_scale_strides[1][2];
+        const float* ks = scales.k + row * kss;
+        const float* vs = scales.v + row * vss;
+        for (int c = 0; c < cols; ++c) {
+          w.kbuf[c] = ks[c * kss];
+          w.kbuf[tkv + c] = vs[c * vss];
+        }
+        kscale = {w.kbuf, 1};
+        vscale = {w.kbuf + tkv, 1};
+        if (j0 + tkv < kv_end) {
+          const std::int64_t next_row = kv_row(job, b, j0 + tkv);
+          const int next_cols = static_cast<int>(kv_end - j0 - tkv < tkv ? kv_end - j0 - tkv : tkv);
+          prefetch_strided(scales.k + next_row * kss, kss, next_cols);
+          prefetch_strided(scales.v + next_row * vss, vss, next_cols);
+        }
+      }
       // Q·Kᵀ: the K/V head's rows against the tile's keys.
       for_row_blocks(head_rows, [&]<int NR>(int r0) {
 #if defined(FA_HAVE_SIMD_CONVERT)
         if constexpr (kFused) {
-          row_scores<DT, NR>(q + (first + r0) * D, D, k16, job.k_strides[2], cols, s + r0 * lds, lds, next, per_block);
+          row_scores<KDT, NR>(q + (first + r0) * D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds, next, per_block,
+                              kscale);
           return;
         }
 #endif
@@ -275,7 +361,7 @@ void run_rows(const AttentionJob& job, const Workspace& w_tile, const TileItem& 
         const int rr = first + r;
         const std::int64_t i = query_of(rr), head = head_of(rr);
         float* srow = s + r * lds;
-        const float scale = score_scale(job, head);
+        const float scale = score_scale(job, head) / kUnit;
         for (int c = 0; c < cols; ++c) srow[c] *= scale;
         if (has_score_modifiers(job)) modify_scores(job, head, i, 1, j0, cols, srow, 1, 0);
         if (job.window.active) mask_window(job, i, j0, cols, srow, 1);
@@ -311,7 +397,8 @@ void run_rows(const AttentionJob& job, const Workspace& w_tile, const TileItem& 
         const float* alpha = w.alpha + first + r0;
 #if defined(FA_HAVE_SIMD_CONVERT)
         if constexpr (kFused) {
-          row_accumulate<DT, NR>(orows, D, alpha, s + r0 * lds, lds, v16, job.v_strides[2], cols, next, per_block);
+          row_accumulate<KDT, NR>(orows, D, alpha, s + r0 * lds, lds, vin, job.v_strides[2], cols, next, per_block,
+                                  vscale);
           return;
         }
 #endif
@@ -322,7 +409,7 @@ void run_rows(const AttentionJob& job, const Workspace& w_tile, const TileItem& 
   const std::int64_t BH = job.batch * job.heads;
   for (int rr = 0; rr < total_rows; ++rr) {
     const std::int64_t i = query_of(rr), head = head_of(rr), bh = b * job.heads + head;
-    const float den = row_denominator(w.l[rr]) / output_scale(job, head);  // V's descale (FP8) or 1
+    const float den = row_denominator(w.l[rr]) / (output_scale(job, head) / kUnit);  // V's descale (FP8) or 1
     const float lse = row_lse(w.m[rr], w.l[rr]);
     if (job.num_splits > 1) {
       float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i) * D;
@@ -337,6 +424,23 @@ void run_rows(const AttentionJob& job, const Workspace& w_tile, const TileItem& 
     });
     if (job.lse) job.lse[b * job.lse_strides[0] + head * job.lse_strides[1] + i] = lse;
   }
+}
+
+// The row path of one Q tile: K/V in Q's dtype, or a quantized cache's int8
+// or FP8 (16-bit Q only: the other combinations are refused before any job
+// is built, and are not compiled).  A quantized cache takes no prefetch
+// variant: read in place, its next tile streams anyway (kFused).
+template <DType DT, bool kPrefetch>
+void run_rows(const AttentionJob& job, const Workspace& w_tile, const TileItem& it) {
+  if constexpr (DT == DType::kF16 || DT == DType::kBF16) {
+    switch (job.kv_dtype) {
+      case DType::kI8: return run_rows_of<DT, DType::kI8, false>(job, w_tile, it);
+      case DType::kFP8E4M3: return run_rows_of<DT, DType::kFP8E4M3, false>(job, w_tile, it);
+      case DType::kFP8E5M2: return run_rows_of<DT, DType::kFP8E5M2, false>(job, w_tile, it);
+      default: break;
+    }
+  }
+  run_rows_of<DT, DT, kPrefetch>(job, w_tile, it);
 }
 
 }  // namespace fa::FA_KERNEL_NS

@@ -44,7 +44,7 @@ inline TileItem tile_item(const AttentionJob& job, std::int64_t q_tile, std::int
   const std::int64_t kv_begin = first_key > chunk_begin ? first_key : chunk_begin;
   std::int64_t kv_end = key_end(job, i0 + rows - 1);
   if (kv_end > chunk_begin + job.split_keys) kv_end = chunk_begin + job.split_keys;
-  const std::size_t es = dtype_size(job.dtype);
+  const std::int64_t es = static_cast<std::int64_t>(dtype_size(job.dtype)), kv_es = kv_elem_bytes(job);
   const char* q = static_cast<const char*>(job.q);
   const char* k = static_cast<const char*>(job.k);
   const char* v = static_cast<const char*>(job.v);
@@ -58,8 +58,11 @@ inline TileItem tile_item(const AttentionJob& job, std::int64_t q_tile, std::int
                   rows,
                   (rows + Vec::W - 1) / Vec::W,  // query-row vectors actually in use
                   q + (b * job.q_strides[0] + h * job.q_strides[1] + i0 * job.q_strides[2]) * es,
-                  k + (b * job.k_strides[0] + hk * job.k_strides[1]) * es,
-                  v + (b * job.v_strides[0] + hk * job.v_strides[1]) * es};
+                  k + (b * job.k_strides[0] + hk * job.k_strides[1]) * kv_es,
+                  v + (b * job.v_strides[0] + hk * job.v_strides[1]) * kv_es,
+                  job.kv_scale[0] ? KvScales{job.kv_scale[0] + b * job.kv_scale_strides[0][0] + hk * job.kv_scale_strides[0][1],
+                                             job.kv_scale[1] + b * job.kv_scale_strides[1][0] + hk * job.kv_scale_strides[1][1]}
+                                  : KvScales{}};
 }
 
 // Every item of `count` jobs in one parallel loop:
@@ -88,9 +91,11 @@ void run_all(const AttentionJob* jobs, const std::int64_t* ends, std::size_t cou
   });
 }
 
-// The KernelTable's `run`: the job's dtype and prefetch choice become
-// template parameters here, once (FP8 only for loops with Loop::kFp8) (loops without the prefetch, Loop::kAsync
-// false, are compiled without it).
+// The KernelTable's `run`: the job's dtype (Q's) and prefetch choice become
+// template parameters here, once (FP8 only for loops with Loop::kFp8; loops
+// without the prefetch, Loop::kAsync false, are compiled without it).  A
+// quantized cache's K/V dtype is a template parameter of the row path only
+// (run_rows); the tile loops dequantize into their buffers (load_kv_tile).
 template <class Loop, DType DT>
 void run_all_prefetch(const AttentionJob* jobs, const std::int64_t* ends, std::size_t count) {
   if constexpr (Loop::kAsync) {
@@ -115,6 +120,7 @@ void run_jobs(const AttentionJob* jobs, const std::int64_t* ends, std::size_t co
         }
       }
       break;
+    case DType::kI8: break;  // a K/V cache dtype only (validation refuses int8 Q)
   }
 }
 

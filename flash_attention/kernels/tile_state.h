@@ -61,12 +61,30 @@ struct KeySpan {
 inline constexpr int kMaxRowVectors = 512 / Vec::W;  // tile_q <= 512
 
 
+// Bytes of a K or V element (a quantized cache's differ from Q's).
+inline std::int64_t kv_elem_bytes(const AttentionJob& job) {
+  return job.kv_dtype == DType::kF32 ? 4 : job.kv_dtype == DType::kF16 || job.kv_dtype == DType::kBF16 ? 2 : 1;
+}
+
+// An int8 cache's per-key scales of K and V at one K/V head's first key
+// (null otherwise): key row r's at [r * job.kv_scale_strides[.][2]].
+struct KvScales {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  // Those of the K/V head `heads` further on (GQA packing's next head).
+  KvScales next_heads(const AttentionJob& job, std::int64_t heads) const {
+    if (!k) return *this;
+    return {k + heads * job.kv_scale_strides[0][1], v + heads * job.kv_scale_strides[1][1]};
+  }
+};
+
 // One (batch, head, Q tile) item on the tile path, whose keys and query rows
 // the caller resolved.
 struct TileItem {
   std::int64_t b, h, bh, split, i0, kv_begin, kv_end;
   int rows, nvec;  // query rows, and the row vectors in use (rows rounded up to Vec::W)
   const char *qbase, *kbase, *vbase;  // Q at the tile's first row; K and V at the head's first key
+  KvScales kv_scales;                 // an int8 cache's, at the head's first key
 };
 
 }  // namespace fa::FA_KERNEL_NS

@@ -107,6 +107,11 @@ CASES = {
     "shape_too_large": (lambda d: ["--batch-size=4096", "--seq-q=1048576", "--num-heads=64", "--head-dim=128"],
                         "memory is available"),
     "async_and_no_async": (lambda d: ["--async", "--no-async"], "--async and --no-async disagree"),
+    "int8_as_dtype": (lambda d: ["--dtype=int8"], "--dtype: int8 is a K/V cache dtype (--kv-dtype=int8"),
+    "kv_dtype_unknown": (lambda d: ["--kv-dtype=int4"], "--kv-dtype: 'int4' is not a quantized cache dtype"),
+    "kv_dtype_bf16": (lambda d: ["--kv-dtype=bf16"], "--kv-dtype: 'bf16' is not a quantized cache dtype"),
+    "kv_dtype_with_fp32": (lambda d: ["--dtype=fp32", "--kv-dtype=int8"],
+                           "--kv-dtype: a quantized cache is read with --dtype=fp16 or bf16 (got fp32)"),
 }
 
 # What FA1 does not offer: refused by fa1_benchmark (and only there).
@@ -117,6 +122,7 @@ FA1_CASES = {
     "fa1_paged": (lambda d: ["--paged"], "FlashAttention-1 does not offer a paged KV cache"),
     "fa1_varlen": (lambda d: ["--layout=TND", "--cu-seqlens-q=0,10,30", "--cu-seqlens-kv=0,10,30"],
                    "FlashAttention-1 does not offer variable-length sequences"),
+    "fa1_quantized_cache": (lambda d: ["--kv-dtype=int8"], "FlashAttention-1 does not offer a quantized K/V cache (int8)"),
 }
 # FP8: fa3_benchmark checks its flags and data; the other versions refuse it.
 FP8 = ["--dtype=fp8_e4m3"]

@@ -180,6 +180,42 @@ def case_fp8_generate_run_verify(binary, d):
     assert p.returncode == 1 and "Status: FAIL" in p.stdout, p.stdout
 
 
+def case_quantized_cache_generate_run_verify(binary, d):
+    # A quantized K/V cache: the generator records kv_dtype; the benchmark
+    # quantizes K and V as it loads them (--kv-dtype); both verifiers compute
+    # the reference on the same quantized values and pass, the extended one
+    # reporting the error against the unquantized cache too; a verifier that
+    # is told the wrong cache dtype fails.  FA1 refuses a quantized cache.
+    gen(d, "--batch-size=2", "--seq-len-q=3", "--seq-len-kv=200", "--num-heads=4", "--num-kv-heads=2",
+        "--head-dim=32", "--dtype=bf16", "--kv-dtype=int8", "--no-causal")
+    out = os.path.join(d, "out.bin")
+    if os.path.basename(binary).startswith("fa1"):
+        p = run([binary, "--dtype=bf16", "--kv-dtype=int8", "--num-runs=1"])
+        assert p.returncode == 2 and "does not offer a quantized K/V cache" in p.stderr, p.stderr
+        return
+    config = os.path.join(d, "config.txt")
+    with open(config) as f:
+        text = f.read()
+    for kv in ("int8", "fp8_e4m3"):
+        with open(config, "w") as f:
+            f.write(text.replace("kv_dtype=int8", f"kv_dtype={kv}"))
+        bench(binary, d, None, out, "bf16", extra=[f"--kv-dtype={kv}", "--no-probe"])
+        p = verify(out, d)
+        assert p.returncode == 0 and "Status: PASS" in p.stdout, p.stdout + p.stderr
+        ext = os.path.join(ROOT, "scripts", "extended_verification.py")
+        p = run([sys.executable, ext, out, f"{d}/input_Q.bin", f"{d}/input_K.bin", f"{d}/input_V.bin"])
+        assert p.returncode == 0 and f"the {kv} K/V quantization error" in p.stdout, p.stdout + p.stderr
+        # The quantized cache's own error is the output rounding; the
+        # quantization's, against the unquantized cache, is larger.
+        errors = [float(x) for x in re.findall(r"rel_l2_error\s+: ([0-9.e+-]+)", p.stdout)]
+        assert len(errors) == 2 and errors[0] <= 1e-2 and errors[1] > errors[0], p.stdout
+    with open(config, "w") as f:  # the output of an fp8_e4m3 cache checked as an int8 one
+        f.write(text)
+    p = run([sys.executable, os.path.join(ROOT, "scripts", "extended_verification.py"), out, f"{d}/input_Q.bin",
+             f"{d}/input_K.bin", f"{d}/input_V.bin", "--tolerance=1e-3"])
+    assert p.returncode == 1 and "Overall: FAIL" in p.stdout, p.stdout
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 

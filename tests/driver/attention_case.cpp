@@ -8,6 +8,7 @@
 #include "../../flash_attention/common/dtype_convert.h"
 #include "host_tensor.h"
 #include "paged_cache.h"
+#include "quantized_cache.h"
 
 namespace fa::cli {
 
@@ -80,6 +81,7 @@ std::string describe(const CaseSpec& s) {
     out << " out=" << dtype_name(s.out_dtype);
     if (s.descale) out << (s.descale == 1 ? " descale=tensor" : " descale=head");
   }
+  if (s.kv_dtype) out << " kv_cache=" << dtype_name(*s.kv_dtype);
   if (s.accuracy_rule) out << " accuracy-rule";
   if (p.num_splits != 0 && p.num_splits != 1) {
     out << " splits=" << (p.num_splits == kSplitsAuto ? std::string("auto") : std::to_string(p.num_splits));
@@ -95,7 +97,7 @@ Status case_supported(Version version, const CaseSpec& spec) {
   if (!spec.cache_seqlens_kv.empty()) p.seqlens_kv = stand_in;
   if (spec.paged_block_size > 0) p.block_table = stand_in;
   if (spec.with_sinks) p.sinks = sink_stand_in;
-  return version_supports(version, p, spec.dtype);
+  return version_supports(version, p, spec.dtype, spec.kv_dtype);
 }
 
 CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
@@ -197,20 +199,31 @@ CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
   t.q = make_view(q.data(), spec.dtype, layout, B, H, Sq, D);
   t.k = make_view(k.data(), spec.dtype, layout, B, Hkv, Skv, D);
   t.v = make_view(v.data(), spec.dtype, layout, B, Hkv, Skv, D);
+  QuantizedCache quantized;
+  if (spec.kv_dtype) {
+    if (Status s = quantize_cache(t.k, t.v, layout, *spec.kv_dtype, &quantized); !s.ok()) return CaseResult{s};
+    quantized.bind(p, t);
+  }
   PagedCache paged;
-  HostBuffer k_pool, v_pool;
+  HostBuffer k_pool, v_pool, k_scale_pool, v_scale_pool;
   if (spec.paged_block_size > 0) {
     paged = make_paged_cache(B, Skv, spec.paged_block_size, spec.seed * 4 + 8, 2);
     k_pool = scatter_to_pool(paged, t.k, layout, p.seqlens_kv);
     v_pool = scatter_to_pool(paged, t.v, layout, p.seqlens_kv);
+    if (t.k_scale.data) {  // an int8 cache's scales, paged like its rows
+      k_scale_pool = scatter_to_pool(paged, t.k_scale, layout, p.seqlens_kv);
+      v_scale_pool = scatter_to_pool(paged, t.v_scale, layout, p.seqlens_kv);
+      t.k_scale = make_view(k_scale_pool.data(), DType::kF32, layout, 1, Hkv, paged.pool_tokens(), 1);
+      t.v_scale = make_view(v_scale_pool.data(), DType::kF32, layout, 1, Hkv, paged.pool_tokens(), 1);
+    }
     for (std::int64_t b = 0; b < B && p.seqlens_kv; ++b) {  // entries past a sequence's blocks are never read
       for (std::int64_t n = (p.seqlens_kv[b] + paged.block_size - 1) / paged.block_size; n < paged.blocks_per_seq; ++n) {
         paged.block_table[static_cast<std::size_t>(b * paged.blocks_per_seq + n)] = -1;
       }
     }
     paged.bind(p);
-    t.k = make_view(k_pool.data(), spec.dtype, layout, 1, Hkv, paged.pool_tokens(), D);
-    t.v = make_view(v_pool.data(), spec.dtype, layout, 1, Hkv, paged.pool_tokens(), D);
+    t.k = make_view(k_pool.data(), t.k.dtype, layout, 1, Hkv, paged.pool_tokens(), D);
+    t.v = make_view(v_pool.data(), t.v.dtype, layout, 1, Hkv, paged.pool_tokens(), D);
   }
   t.o = make_view(o.data(), out_dtype, layout, B, H, Sq, D);
   std::vector<float> lse(static_cast<std::size_t>(B * H * Sq), std::numeric_limits<float>::quiet_NaN());

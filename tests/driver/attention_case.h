@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ struct CaseSpec {
   // factors in [0.25, 1] per tensor (1) or per head (2); 0: none (1).
   DType out_dtype = DType::kBF16;
   int descale = 0;
+  // A quantized K/V cache (int8, fp8_e4m3, fp8_e5m2) read with fp16 or bf16
+  // Q: K and V drawn in `dtype`, then quantized (quantize_cache); the
+  // reference reads the dequantized values.
+  std::optional<DType> kv_dtype;
 };
 
 struct CaseResult {

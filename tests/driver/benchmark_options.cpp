@@ -26,6 +26,9 @@ std::vector<FlagSpec> benchmark_flags() {
       {"num-kv-heads", K::kInt, "N", "key/value heads for GQA/MQA, divides --num-heads (default: --num-heads)"},
       {"head-dim", K::kInt, "N", "head dimension, a multiple of 8 up to 256 (default 64)"},
       {"dtype", K::kString, "fp16|bf16|fp32|fp8_e4m3|fp8_e5m2", "data type of Q, K, V (and O but for FP8; default fp16; FP8: FA3)"},
+      {"kv-dtype", K::kString, "int8|fp8_e4m3|fp8_e5m2",
+       "a quantized K/V cache read with fp16 or bf16 Q (FA2, FA3): K and V drawn (or read) in --dtype, then quantized, "
+       "int8 with a scale per token and K/V head, FP8 with a factor per K/V head"},
       {"out-dtype", K::kString, "bf16|fp16|fp32", "FP8 inputs: the dtype of O (default bf16)"},
       {"descale-q", K::kString, "X|X1,X2,...", "FP8 inputs: Q's dequantization factor, or one per head (default 1)"},
       {"descale-k", K::kString, "X|X1,X2,...", "FP8 inputs: K's factor, or one per K/V head (default 1)"},
@@ -160,8 +163,24 @@ BenchmarkOptions read_benchmark_options(const Args& a) {
   }
   const std::string dtype = a.str("dtype", "fp16");
   auto dt = fa::parse_dtype(dtype);
-  if (!dt) throw UsageError("--dtype: unknown dtype '" + dtype + "' (expected fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2)");
+  if (!dt || *dt == fa::DType::kI8) {
+    throw UsageError("--dtype: " + (dt ? "int8 is a K/V cache dtype (--kv-dtype=int8 with --dtype=fp16 or bf16)"
+                                       : "unknown dtype '" + dtype + "'") +
+                     " (expected fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2)");
+  }
   o.dtype = o.out_dtype = *dt;
+  if (a.has("kv-dtype")) {
+    const std::string kv = a.str("kv-dtype");
+    auto kvt = fa::parse_dtype(kv);
+    if (!kvt || !fa::is_quantized_kv(*kvt)) {
+      throw UsageError("--kv-dtype: '" + kv + "' is not a quantized cache dtype (expected int8, fp8_e4m3 or fp8_e5m2)");
+    }
+    if (o.dtype != fa::DType::kF16 && o.dtype != fa::DType::kBF16) {
+      throw UsageError("--kv-dtype: a quantized cache is read with --dtype=fp16 or bf16 (got " +
+                       std::string(fa::dtype_name(o.dtype)) + ")");
+    }
+    o.kv_dtype = *kvt;
+  }
   if (fa::is_fp8(o.dtype)) {
     const std::string out = a.str("out-dtype", "bf16");
     auto odt = fa::parse_dtype(out);
@@ -172,7 +191,8 @@ BenchmarkOptions read_benchmark_options(const Args& a) {
                                 std::tuple{2, "descale-v", p.num_kv_heads}}) {
     if (!a.has(flag)) continue;
     if (!fa::is_fp8(o.dtype)) {
-      throw UsageError(std::string("--") + flag + ": applies to FP8 inputs only (--dtype=fp8_e4m3 or fp8_e5m2)");
+      throw UsageError(std::string("--") + flag + ": applies to FP8 inputs only (--dtype=fp8_e4m3 or fp8_e5m2; an FP8 "
+                       "cache of --kv-dtype takes one factor per K/V head from its own values)");
     }
     o.descale[i] = parse_float_list(a.str(flag), flag, "a finite positive factor (X, or X1,X2,... one per head)",
                                     [](double v) { return std::isfinite(v) && v > 0.0 && v < 3.0e38; });

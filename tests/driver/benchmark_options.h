@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@ struct BenchmarkOptions {
   fa::AttentionParams params;
   fa::DType dtype = fa::DType::kF16;
   fa::DType out_dtype = fa::DType::kF16;  // = dtype, but for FP8 inputs
+  std::optional<fa::DType> kv_dtype;      // --kv-dtype: a quantized K/V cache
   fa::Layout layout = fa::Layout::kBSH;
   std::string input_q, input_k, input_v, mask_path, output;
   int num_runs = 10, warmup_runs = 2;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype_convert.h"
 #include "driver/version_entry.h"
 #include "flash_attention/flash_attention.h"
 
@@ -195,7 +196,7 @@ TEST_F(ApiValidation, WorkspaceIsKeptForReuseAndReleased) {
 }
 
 TEST(ApiNames, ParseAndPrintRoundTrip) {
-  for (fa::DType d : {fa::DType::kF32, fa::DType::kF16, fa::DType::kBF16}) {
+  for (fa::DType d : {fa::DType::kF32, fa::DType::kF16, fa::DType::kBF16, fa::DType::kFP8E4M3, fa::DType::kFP8E5M2, fa::DType::kI8}) {
     EXPECT_EQ(fa::parse_dtype(fa::dtype_name(d)), d);
   }
   for (fa::Layout l : {fa::Layout::kBSH, fa::Layout::kBSND, fa::Layout::kBNSD, fa::Layout::kTND}) {
@@ -332,4 +333,81 @@ TEST_F(PagedValidation, FlashAttention1RefusesIt) {
   const fa::Status s = fa::version_supports(fa::Version::kFA1, p, fa::DType::kF32);
   EXPECT_EQ(s.code(), fa::StatusCode::kUnsupported);
   EXPECT_NE(s.message().find("a paged KV cache"), std::string::npos) << s.message();
+}
+
+// A quantized K/V cache: bf16 Q and O over an int8 K and V with their
+// per-(token, head) scales, or FP8 K and V with per-head factors.
+class QuantizedKvValidation : public ApiValidation {
+ protected:
+  void SetUp() override {
+    ApiValidation::SetUp();
+    q16.assign(q.size(), 0x3f00);  // bf16 0.5
+    o16.assign(q.size(), 0);
+    k8.assign(kv.size(), 3);
+    scales.assign(static_cast<std::size_t>(p.batch * p.kv_heads() * p.seq_kv), 0.01f);
+    t.q = fa::make_view(q16.data(), fa::DType::kBF16, fa::Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
+    t.o = fa::make_view(o16.data(), fa::DType::kBF16, fa::Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
+    t.k = fa::make_view(k8.data(), fa::DType::kI8, fa::Layout::kBSH, p.batch, p.kv_heads(), p.seq_kv, p.head_dim);
+    t.v = t.k;
+    t.k_scale = fa::make_view(scales.data(), fa::DType::kF32, fa::Layout::kBSH, p.batch, p.kv_heads(), p.seq_kv, 1);
+    t.v_scale = t.k_scale;
+  }
+  void expect_fa1_refuses() {
+    const fa::Status s = fa::cli::kForward(p, t);
+    EXPECT_EQ(s.code(), fa::StatusCode::kUnsupported) << s.message();
+    EXPECT_NE(s.message().find("FlashAttention-1 does not offer a quantized K/V cache"), std::string::npos) << s.message();
+  }
+  std::vector<std::uint16_t> q16, o16;
+  std::vector<std::int8_t> k8;
+  std::vector<float> scales;
+};
+
+TEST_F(QuantizedKvValidation, AcceptsTheBaseline) {
+  if (fa::cli::kVersion == fa::Version::kFA1) return expect_fa1_refuses();
+  const fa::Status s = fa::cli::kForward(p, t);
+  EXPECT_TRUE(s.ok()) << s.message();
+  // Every key is 3 * 0.01 in every dimension, so every output element is 0.03 (bf16).
+  EXPECT_NEAR(fa::detail::bf16_to_f32(o16[5]), 0.03, 0.03 * 4e-3);
+}
+
+TEST_F(QuantizedKvValidation, ScalesMustBeThereAndFit) {
+  t.k_scale = fa::TensorView{};
+  expect_invalid("k_scale: an int8 K/V cache needs its scales (fp32 [batch, kv_heads, seq_kv, 1])");
+  SetUp();
+  t.v_scale.dtype = fa::DType::kBF16;
+  expect_invalid("v_scale: dtype bf16 (expected fp32)");
+  SetUp();
+  t.k_scale.shape[2] = 8;
+  expect_invalid("k_scale: shape [1, 2, 8, 1] does not match expected [1, 2, 16, 1]");
+}
+
+TEST_F(QuantizedKvValidation, DtypesThatDoNotGoTogether) {
+  t.v.dtype = fa::DType::kFP8E4M3;
+  expect_invalid("V: dtype fp8_e4m3 differs from K's dtype int8");
+  SetUp();
+  t.q.dtype = t.o.dtype = fa::DType::kF32;  // (the bytes do not matter: refused first)
+  expect_invalid("K: dtype int8 differs from Q's dtype fp32 (a quantized K/V cache is int8, fp8_e4m3 or fp8_e5m2 "
+                 "read with fp16 or bf16 Q)");
+  SetUp();
+  t.q.dtype = fa::DType::kI8;
+  expect_invalid("Q: int8 is a K/V cache dtype (with fp16 or bf16 Q), not an input dtype");
+  SetUp();
+  t.k.dtype = t.v.dtype = fa::DType::kBF16;
+  expect_invalid("k_scale applies to int8 K/V caches only (K/V are bf16)");
+}
+
+TEST_F(QuantizedKvValidation, Fp8CacheTakesKvFactorsOnly) {
+  t.k.dtype = t.v.dtype = fa::DType::kFP8E4M3;
+  t.k_scale = t.v_scale = fa::TensorView{};
+  const float factor[1] = {0.5f};
+  p.descale_k = p.descale_v = factor;
+  p.descale_k_count = p.descale_v_count = 1;
+  if (fa::cli::kVersion == fa::Version::kFA1) return expect_fa1_refuses();
+  EXPECT_TRUE(fa::cli::kForward(p, t).ok());
+  p.descale_q = factor;
+  p.descale_q_count = 1;
+  expect_invalid("descale_q applies to FP8 tensors only (Q is bf16)");
+  p.descale_q = nullptr;
+  t.k.dtype = t.v.dtype = fa::DType::kBF16;
+  expect_invalid("descale_k applies to FP8 tensors only (K/V are bf16)");
 }

@@ -161,6 +161,47 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, Fp8Shapes,
                                   std::to_string(std::get<2>(info.param));
                          });
 
+// A quantized K/V cache (int8 with a scale per token and K/V head; FP8 with
+// a descale factor per K/V head) read with fp16 or bf16 Q, on the same
+// random shapes and options, every other case a decoding one (1 to 4
+// query rows: the row path, GQA packing, split-KV) with per-sequence key
+// counts or a paged cache half the time; against the reference on the
+// dequantized values.  FA1 must refuse them.
+class QuantizedKvShapes : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, int>> {};
+
+TEST_P(QuantizedKvShapes, MatchesFloat64Reference) {
+  const auto [isa, kv_dtype, index] = GetParam();
+  SKIP_UNLESS_AVAILABLE(isa);
+  const std::uint32_t seed = 91000u + static_cast<std::uint32_t>(index) * 7919u + static_cast<std::uint32_t>(kv_dtype);
+  CaseSpec c = random_case(index % 4 < 2 ? DType::kBF16 : DType::kF16, seed);
+  c.kv_dtype = kv_dtype;
+  if (index % 2 == 0) {
+    std::mt19937 rng(seed ^ 0x85ebca6bu);
+    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    c.params.seq_q = pick(1, 4);
+    if (c.seq_lens_q.empty() && c.cache_seqlens_kv.empty() && c.mask != MaskMode::kExplicit &&
+        c.mask != MaskMode::kCausalAndExplicit && c.bias_heads == 0 && pick(0, 1)) {
+      for (std::int64_t b = 0; b < c.params.batch; ++b) c.cache_seqlens_kv.push_back(pick(0, static_cast<int>(c.params.seq_kv)));
+      if (pick(0, 1)) {
+        c.paged_block_size = 16 << pick(0, 2);
+        c.params.tile_kv = std::min(c.params.tile_kv, c.paged_block_size);
+      }
+      if (c.params.sparse_mode == fa::SparseMode::kMaskAndBand) c.params.sparse_mode = fa::SparseMode::kBand;
+    }
+    for (int& n : c.seq_lens_q) n = std::min(n, 4);
+  }
+  expect_matches_reference(c, isa);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, QuantizedKvShapes,
+                         ::testing::Combine(kPaths, ::testing::Values(DType::kI8, DType::kFP8E4M3, DType::kFP8E5M2),
+                                            ::testing::Range(0, 12)),
+                         [](const auto& info) {
+                           return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
+                                  std::string(fa::dtype_name(std::get<1>(info.param))) + "_" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
+
 // The shapes the pair path runs (head_dim a multiple of 32, K/V tiles of 32
 // keys or more; on amx bf16 and fp16 in two bf16 pieces, on avx512bf16
 // bf16), every other option random as above; the other paths (and fp16 on

@@ -82,13 +82,17 @@ FA_API std::string_view version_name(Version version);
 // format (e4m3fn: 4 exponent bits, 3 mantissa bits, max 448, NaN but no Inf;
 // e5m2: 5 and 2, max 57344, Inf and NaN) for Q, K and V of FA3, with the
 // output in fp32, fp16 or bf16 and a dequantization factor per tensor or per
-// head (AttentionParams::descale_*).
-enum class DType { kF32, kF16, kBF16, kFP8E4M3, kFP8E5M2 };
+// head (AttentionParams::descale_*).  int8 is a K/V cache dtype only (see
+// AttentionTensors::k_scale).
+enum class DType { kF32, kF16, kBF16, kFP8E4M3, kFP8E5M2, kI8 };
 
 inline constexpr bool is_fp8(DType dtype) { return dtype == DType::kFP8E4M3 || dtype == DType::kFP8E5M2; }
+// The dtypes of a quantized K/V cache read with fp16 or bf16 queries: int8
+// with a scale per (token, K/V head), FP8 with descale_k / descale_v.
+inline constexpr bool is_quantized_kv(DType dtype) { return dtype == DType::kI8 || is_fp8(dtype); }
 
 FA_API std::size_t dtype_size(DType dtype);
-// "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2": the spellings the
+// "fp32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8": the spellings the
 // command-line tools accept.
 FA_API std::string_view dtype_name(DType dtype);
 FA_API std::optional<DType> parse_dtype(std::string_view name);
@@ -233,10 +237,11 @@ struct FA_API AttentionParams {
   const float* bias = nullptr;
   std::int64_t bias_heads = 0;          // 1 (shared) or num_heads
 
-  // FP8 inputs (FA3): the real value of an element is its FP8 value times
-  // its tensor's descale factor, one per tensor (count 1) or one per head
-  // (num_heads for Q, num_kv_heads for K and V); finite and positive.  Null
-  // means 1.  Given for other dtypes, they are refused.
+  // FP8 inputs (FA3: Q, K and V in FP8; FA2 and FA3: an FP8 K/V cache read
+  // with fp16 or bf16 queries): the real value of an element is its FP8
+  // value times its tensor's descale factor, one per tensor (count 1) or one
+  // per head (num_heads for Q, num_kv_heads for K and V); finite and
+  // positive.  Null means 1.  Given for other dtypes, they are refused.
   const float* descale_q = nullptr;
   const float* descale_k = nullptr;
   const float* descale_v = nullptr;
@@ -275,6 +280,18 @@ struct AttentionTensors {
   TensorView v;  // [batch, num_kv_heads, seq_kv, head_dim]
   TensorView o;  // [batch, num_heads,    seq_q,  head_dim], written: Q's dtype, or for FP8
                  // inputs fp32, fp16 or bf16
+  // A quantized K/V cache (FA2 and FA3; decoding reads half the bytes of a
+  // 16-bit one): with Q in fp16 or bf16, K and V may be int8 or FP8
+  // (e4m3fn, e5m2), both the same, contiguous, paged or per-sequence; O is
+  // Q's dtype.  Dequantized as they are read, the softmax and accumulation
+  // in fp32.  int8: key j of K/V head h of batch entry b stands for k[b, h,
+  // j, :] * k_scale[b, h, j, 0] (likewise V), the scales fp32 views
+  // [batch, num_kv_heads, seq_kv, 1] in any layout (a paged cache's:
+  // [1, num_kv_heads, kv_num_blocks * block_size, 1], pool rows like K's),
+  // written by append_kv_cache.  FP8: AttentionParams::descale_k and
+  // descale_v, one per tensor or per K/V head.  Unused (data null) otherwise.
+  TensorView k_scale;
+  TensorView v_scale;
   // Optional log-sum-exp of each score row (natural log, scaled scores),
   // fp32 [batch, num_heads, seq_q] contiguous.  -inf for a fully masked row.
   float* lse = nullptr;
@@ -331,7 +348,9 @@ FA_API Status fa3_forward(const AttentionParams& params, const AttentionTensors&
 
 // Whether `version` offers what `params` asks for on inputs of `dtype` (OK),
 // else an Unsupported status saying what it lacks and which version has it.
-FA_API Status version_supports(Version version, const AttentionParams& params, DType dtype);
+// `kv_dtype`: K's and V's when they differ from Q's (a quantized cache).
+FA_API Status version_supports(Version version, const AttentionParams& params, DType dtype,
+                               std::optional<DType> kv_dtype = std::nullopt);
 
 // The path a forward call would run for `params` (forced, FA_ISA, or the
 // best), or an Unsupported status naming the missing instruction set.
@@ -372,10 +391,25 @@ FA_API bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim);
 // head_dim]) is its own batch of one, and a slot is block_table[b][pos /
 // block_size] * block_size + pos % block_size.  A negative slot skips its
 // token (padding); a slot named twice keeps the later token.  The caches'
-// dtype is the new tokens' (quantized caches: not yet).  Threads as in
-// AttentionParams::threads.
+// dtype is the new tokens', or for a quantized cache (see
+// AttentionTensors::k_scale) int8 or FP8 with the new tokens in fp32, fp16
+// or bf16, quantized as they are written: int8 rows scaled by their own
+// absolute maximum / 127 (each (token, K/V head) row's scale written to
+// `scales.k` / `scales.v`, the caches' scale views), rounded to nearest
+// even; FP8 divided by the K/V head's descale factor (`scales.descale_k`
+// and `descale_v`, counts 1 or kv_heads; null: 1), rounded to nearest even,
+// e4m3 saturating at +-448.  Threads as in AttentionParams::threads.
+struct KvCacheScales {
+  TensorView k, v;  // int8 caches: fp32 [batch, kv_heads, seq, 1], like the caches
+  const float* descale_k = nullptr;  // FP8 caches
+  const float* descale_v = nullptr;
+  std::int64_t descale_k_count = 0, descale_v_count = 0;
+};
 FA_API Status append_kv_cache(const TensorView& k_new, const TensorView& v_new, const std::int64_t* slots,
                               const TensorView& k_cache, const TensorView& v_cache, int threads = 0);
+FA_API Status append_kv_cache(const TensorView& k_new, const TensorView& v_new, const std::int64_t* slots,
+                              const TensorView& k_cache, const TensorView& v_cache, const KvCacheScales& scales,
+                              int threads = 0);
 
 // Float64 reference forward (straightforward softmax(QKᵀ)V with float64
 // arithmetic).  `out` receives [batch, seq_q, num_heads, head_dim] (the BSH
