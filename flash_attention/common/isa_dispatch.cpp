@@ -253,9 +253,9 @@ bool vector_exp2(Isa isa, const float* in, float* out, int n) {
   return true;
 }
 
-bool vector_widen(Isa isa, DType dtype, const void* in, float* out, int n) {
+bool vector_widen(Isa isa, DType dtype, const void* in, float* out, int n, bool row_path) {
   if (!isa_available(isa)) return false;
-  detail::kernel_table(isa)->widen_array(dtype, in, out, n);
+  detail::kernel_table(isa)->widen_array(dtype, row_path, in, out, n);
   return true;
 }
 

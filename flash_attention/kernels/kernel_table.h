@@ -124,9 +124,10 @@ struct KernelTable {
   void (*run)(const AttentionJob* jobs, const std::int64_t* item_ends, std::size_t count);
   // out[i] = 2^in[i] with the softmax's exp2 (tests check its accuracy).
   void (*exp2_array)(const float* in, float* out, int n);
-  // n (a multiple of 8) elements of `dtype` widened to fp32 as the loops
-  // widen K and V (tests check the FP8 conversions).
-  void (*widen_array)(DType dtype, const void* in, float* out, int n);
+  // n (a multiple of 8) elements of `dtype` widened to fp32 as the tile
+  // loops widen K and V, or (row_path) as the row path does in registers
+  // (tests check the 8-bit conversions).
+  void (*widen_array)(DType dtype, bool row_path, const void* in, float* out, int n);
   // FMA throughput of this path's vector unit on the calling thread, GFLOP/s.
   double (*fma_peak_one_thread)(double seconds);
   // The matrix unit's bf16 throughput on the calling thread, GFLOP/s; null

@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "kv_tiles.h"
+#include "row_path.h"
 
 namespace fa::FA_KERNEL_NS {
 
@@ -38,8 +39,35 @@ inline void exp2_array(const float* in, float* out, int n) {
   }
 }
 
-// A K/V row's widening (load_tile), for any dtype.
-inline void widen_array(DType dtype, const void* in, float* out, int n) {
+// The row path's widening in registers (load_elems, load_elem), taken back
+// to the values (FP8 comes in its units, kFp8RowUnit).
+template <DType DT>
+inline void widen_row_array(const void* in, float* out, int n) {
+  const auto* p = static_cast<const Elem<DT>*>(in);
+  int i = 0;
+#if defined(FA_HAVE_SIMD_CONVERT)
+  constexpr float kBack = is_fp8(DT) ? 1.0f / kFp8RowUnit<DT> : 1.0f;
+  for (; i + Vec::W <= n; i += Vec::W) Vec::store(out + i, Vec::mul(load_elems<DT>(p + i), Vec::set1(kBack)));
+  for (; i < n; ++i) out[i] = load_elem<DT>(p, i) * kBack;
+#else
+  for (; i < n; ++i) out[i] = load_elem<DT>(p, i);
+#endif
+}
+
+// A K/V row's widening for any dtype: as the tile loops widen it into their
+// buffers (load_tile; int8 at scale 1), or with `row_path` as the row path
+// does in registers.
+inline void widen_array(DType dtype, bool row_path, const void* in, float* out, int n) {
+  if (row_path) {
+    switch (dtype) {
+      case DType::kF32: return widen_row_array<DType::kF32>(in, out, n);
+      case DType::kF16: return widen_row_array<DType::kF16>(in, out, n);
+      case DType::kBF16: return widen_row_array<DType::kBF16>(in, out, n);
+      case DType::kFP8E4M3: return widen_row_array<DType::kFP8E4M3>(in, out, n);
+      case DType::kFP8E5M2: return widen_row_array<DType::kFP8E5M2>(in, out, n);
+      case DType::kI8: return widen_row_array<DType::kI8>(in, out, n);
+    }
+  }
   switch (dtype) {
     case DType::kF32: load_tile<DType::kF32>(in, 0, 1, n, out); break;
     case DType::kF16: load_tile<DType::kF16>(in, 0, 1, n, out); break;

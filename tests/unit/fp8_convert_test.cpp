@@ -93,16 +93,23 @@ TEST(Fp8, E5m2RoundsToNearestEvenAndOverflowsToInf) {
   EXPECT_TRUE(std::isnan(fp8_e5m2_to_f32(f32_to_fp8_e5m2(std::numeric_limits<float>::quiet_NaN()))));
 }
 
-class Fp8Widening : public ::testing::TestWithParam<std::tuple<fa::Isa, fa::DType>> {};
+// Every 8-bit code (FP8 inputs and caches, int8 caches), through both
+// widenings of each path: the tile loops' into buffers and the row path's
+// in registers (FP8 there in fewer instructions, e4m3 in units of 2^-8).
+class Fp8Widening : public ::testing::TestWithParam<std::tuple<fa::Isa, fa::DType, bool>> {};
 
 TEST_P(Fp8Widening, EveryCodeAsTheScalarDecoding) {
-  const auto [isa, dtype] = GetParam();
+  const auto [isa, dtype, row_path] = GetParam();
   std::vector<std::uint8_t> codes(256);
   for (int c = 0; c < 256; ++c) codes[c] = static_cast<std::uint8_t>(c);
   std::vector<float> out(256);
-  if (!fa::testing::vector_widen(isa, dtype, codes.data(), out.data(), 256)) GTEST_SKIP() << "path not available";
+  if (!fa::testing::vector_widen(isa, dtype, codes.data(), out.data(), 256, row_path)) {
+    GTEST_SKIP() << "path not available";
+  }
   for (int c = 0; c < 256; ++c) {
-    const float want = dtype == fa::DType::kFP8E4M3 ? fp8_e4m3_to_f32(codes[c]) : fp8_e5m2_to_f32(codes[c]);
+    const float want = dtype == fa::DType::kFP8E4M3   ? fp8_e4m3_to_f32(codes[c])
+                       : dtype == fa::DType::kFP8E5M2 ? fp8_e5m2_to_f32(codes[c])
+                                                      : static_cast<float>(static_cast<std::int8_t>(codes[c]));
     if (std::isnan(want)) {
       EXPECT_TRUE(std::isnan(out[c])) << c;
     } else {
@@ -115,10 +122,12 @@ TEST_P(Fp8Widening, EveryCodeAsTheScalarDecoding) {
 INSTANTIATE_TEST_SUITE_P(AllPaths, Fp8Widening,
                          ::testing::Combine(::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512,
                                                               fa::Isa::kAvx512Bf16, fa::Isa::kAmx),
-                                            ::testing::Values(fa::DType::kFP8E4M3, fa::DType::kFP8E5M2)),
+                                            ::testing::Values(fa::DType::kFP8E4M3, fa::DType::kFP8E5M2, fa::DType::kI8),
+                                            ::testing::Bool()),
                          [](const auto& info) {
                            return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
-                                  std::string(fa::dtype_name(std::get<1>(info.param)));
+                                  std::string(fa::dtype_name(std::get<1>(info.param))) +
+                                  (std::get<2>(info.param) ? "_row_path" : "_tile_loops");
                          });
 
 }  // namespace

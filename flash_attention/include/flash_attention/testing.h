@@ -9,8 +9,10 @@ namespace fa::testing {
 // False when the path is not available on this build and CPU.
 FA_API bool vector_exp2(Isa isa, const float* in, float* out, int n);
 
-// out[i] = element i of `in` (of `dtype`) widened to fp32 as `isa`'s loops
-// widen K and V; n a multiple of 8.  False when the path is not available.
-FA_API bool vector_widen(Isa isa, DType dtype, const void* in, float* out, int n);
+// out[i] = element i of `in` (of `dtype`) widened to fp32 as `isa`'s tile
+// loops widen K and V (int8 at scale 1), or with `row_path` as its row path
+// widens them in registers (decoding); n a multiple of 8.  False when the
+// path is not available.
+FA_API bool vector_widen(Isa isa, DType dtype, const void* in, float* out, int n, bool row_path = false);
 
 }  // namespace fa::testing
