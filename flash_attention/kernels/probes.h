@@ -40,14 +40,24 @@ inline void exp2_array(const float* in, float* out, int n) {
 }
 
 // The row path's widening in registers (load_elems, load_elem), taken back
-// to the values (FP8 comes in its units, kFp8RowUnit).
+// to the values (FP8 comes in its units, kFp8RowUnit); e4m3 a vector at a
+// time as the row path does a tile at a time: exactly (load_tile) where
+// e4m3_rows_have_nan finds the NaN code, else the fast way.
 template <DType DT>
 inline void widen_row_array(const void* in, float* out, int n) {
   const auto* p = static_cast<const Elem<DT>*>(in);
   int i = 0;
 #if defined(FA_HAVE_SIMD_CONVERT)
   constexpr float kBack = is_fp8(DT) ? 1.0f / kFp8RowUnit<DT> : 1.0f;
-  for (; i + Vec::W <= n; i += Vec::W) Vec::store(out + i, Vec::mul(load_elems<DT>(p + i), Vec::set1(kBack)));
+  for (; i + Vec::W <= n; i += Vec::W) {
+    if constexpr (DT == DType::kFP8E4M3) {
+      if (e4m3_rows_have_nan(p + i, 0, 1, Vec::W)) {
+        load_tile<DT>(p + i, 0, 1, Vec::W, out + i);
+        continue;
+      }
+    }
+    Vec::store(out + i, Vec::mul(load_elems<DT>(p + i), Vec::set1(kBack)));
+  }
   for (; i < n; ++i) out[i] = load_elem<DT>(p, i) * kBack;
 #else
   for (; i < n; ++i) out[i] = load_elem<DT>(p, i);

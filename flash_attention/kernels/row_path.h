@@ -318,10 +318,25 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
         next = next_kv_tile_lines(job, kb, vb, b, j0, kv_end);
         per_block = next.per_step(steps, 1);
       }
-      const KvTile kv = kFused ? KvTile{} : load_kv_tile<DT, kPrefetch>(job, w, kb, vb, b, j0, cols, kv_end, scales);
       [[maybe_unused]] const std::int64_t row = kv_row(job, b, j0);
       [[maybe_unused]] const auto* kin = reinterpret_cast<const Elem<KDT>*>(kb) + row * job.k_strides[2];
       [[maybe_unused]] const auto* vin = reinterpret_cast<const Elem<KDT>*>(vb) + row * job.v_strides[2];
+      // Read in place (kFused), but for an e4m3 tile holding the NaN code,
+      // which the fast widening does not see (fp8_convert.h): that tile is
+      // widened exactly into the buffers, in the same units.
+      bool fused = kFused;
+#if defined(FA_HAVE_SIMD_CONVERT)
+      if constexpr (KDT == DType::kFP8E4M3) {
+        fused = !e4m3_rows_have_nan(kin, job.k_strides[2], cols, D) && !e4m3_rows_have_nan(vin, job.v_strides[2], cols, D);
+      }
+#endif
+      const KvTile kv = fused ? KvTile{} : load_kv_tile<DT, kPrefetch>(job, w, kb, vb, b, j0, cols, kv_end, scales);
+      if (kFused && !fused) {
+        for (std::int64_t i = 0; i < std::int64_t(cols) * D; ++i) {
+          w.kbuf[i] *= kUnit;
+          w.vbuf[i] *= kUnit;
+        }
+      }
       // An int8 cache's scales of the tile's keys, gathered into the
       // (otherwise unused) K buffer once per tile, so the products' inner
       // loops read them from L1 at unit stride whatever the scales' layout
@@ -349,9 +364,11 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
       for_row_blocks(head_rows, [&]<int NR>(int r0) {
 #if defined(FA_HAVE_SIMD_CONVERT)
         if constexpr (kFused) {
-          row_scores<KDT, NR>(q + (first + r0) * D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds, next, per_block,
-                              kscale);
-          return;
+          if (fused) {
+            row_scores<KDT, NR>(q + (first + r0) * D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds, next, per_block,
+                                kscale);
+            return;
+          }
         }
 #endif
         row_scores<DType::kF32, NR>(q + (first + r0) * D, D, kv.k, kv.ldk, cols, s + r0 * lds, lds, next, per_block);
@@ -397,9 +414,11 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
         const float* alpha = w.alpha + first + r0;
 #if defined(FA_HAVE_SIMD_CONVERT)
         if constexpr (kFused) {
-          row_accumulate<KDT, NR>(orows, D, alpha, s + r0 * lds, lds, vin, job.v_strides[2], cols, next, per_block,
-                                  vscale);
-          return;
+          if (fused) {
+            row_accumulate<KDT, NR>(orows, D, alpha, s + r0 * lds, lds, vin, job.v_strides[2], cols, next, per_block,
+                                    vscale);
+            return;
+          }
         }
 #endif
         row_accumulate<DType::kF32, NR>(orows, D, alpha, s + r0 * lds, lds, kv.v, kv.ldv, cols, next, per_block);
