@@ -7,6 +7,8 @@ std::vector<FlagSpec> test_flags() {
   return {{"quick", FlagKind::kBool, "", "run a subset (under 30 s)"},
           {"dtype", FlagKind::kString, "fp16|bf16|fp32|fp8_e4m3|fp8_e5m2",
            "only cases of this dtype (default: fp32, fp16, bf16, and on FA3 both FP8 formats)"},
+          {"kv-dtype", FlagKind::kString, "int8|fp8_e4m3|fp8_e5m2",
+           "every case with a quantized K/V cache read with fp16 or bf16 Q (FA2, FA3; default dtypes fp16 and bf16)"},
           {"seed", FlagKind::kInt, "N", "seed of the random inputs (default 1)"},
           {"async", FlagKind::kBool, "", "every case with the next-tile prefetch on (default: FA_ENABLE_ASYNC of the build)"},
           {"isa", FlagKind::kString, "generic|avx2|avx512|avx512bf16|amx",
@@ -20,8 +22,27 @@ TestOptions read_test_options(const Args& a, Version version) {
   if (version == Version::kFA3) o.dtypes.insert(o.dtypes.end(), {DType::kFP8E4M3, DType::kFP8E5M2});
   if (a.has("dtype")) {
     auto dt = parse_dtype(a.str("dtype"));
-    if (!dt) throw UsageError("--dtype: unknown dtype '" + a.str("dtype") + "' (expected fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2)");
+    if (!dt || *dt == DType::kI8) {
+      throw UsageError("--dtype: " + (dt ? "int8 is a K/V cache dtype (--kv-dtype=int8 with --dtype=fp16 or bf16)"
+                                         : "unknown dtype '" + a.str("dtype") + "'") +
+                       " (expected fp16, bf16, fp32, fp8_e4m3 or fp8_e5m2)");
+    }
     o.dtypes = {*dt};
+  }
+  if (a.has("kv-dtype")) {
+    auto kv = parse_dtype(a.str("kv-dtype"));
+    if (!kv || !is_quantized_kv(*kv)) {
+      throw UsageError("--kv-dtype: '" + a.str("kv-dtype") + "' is not a quantized cache dtype (expected int8, fp8_e4m3 "
+                       "or fp8_e5m2)");
+    }
+    if (!a.has("dtype")) o.dtypes = {DType::kF16, DType::kBF16};
+    for (DType d : o.dtypes) {
+      if (d != DType::kF16 && d != DType::kBF16) {
+        throw UsageError("--kv-dtype: a quantized cache is read with --dtype=fp16 or bf16 (got " +
+                         std::string(dtype_name(d)) + ")");
+      }
+    }
+    o.kv_dtype = *kv;
   }
   if (a.has("isa")) {
     auto isa = parse_isa(a.str("isa"));

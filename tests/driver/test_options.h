@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "cli_args.h"
@@ -16,6 +17,7 @@ std::vector<FlagSpec> test_flags();
 struct TestOptions {
   std::vector<DType> dtypes;  // fp32, fp16, bf16, and FP8's two for FA3; or --dtype's
   std::vector<Isa> paths;     // every path this CPU runs, or --isa's
+  std::optional<DType> kv_dtype;  // --kv-dtype: every case over a quantized cache
   bool quick = false, async = false;
   std::uint64_t seed = 1;
 };
