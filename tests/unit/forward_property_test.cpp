@@ -437,6 +437,19 @@ struct NanCase {
   int splits;
 };
 
+// The shape of the NaN cases: 128 keys, 4 query heads over 2 K/V heads
+// (head 1 is in K/V head 0's group), head_dim 32.
+constexpr std::int64_t kNanSeqKv = 128, kNanHeads = 4, kNanKvHeads = 2, kNanHeadDim = 32;
+fa::AttentionParams nan_case_params(std::int64_t seq_q) {
+  fa::AttentionParams p;
+  p.seq_q = seq_q;
+  p.seq_kv = kNanSeqKv;
+  p.num_heads = kNanHeads;
+  p.num_kv_heads = kNanKvHeads;
+  p.head_dim = kNanHeadDim;
+  return p;
+}
+
 class NonFiniteInputs : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, int>> {};
 
 const NanCase kNanCases[] = {
@@ -449,13 +462,8 @@ TEST_P(NonFiniteInputs, NanPropagatesToTheRowsItTouches) {
   SKIP_UNLESS_AVAILABLE(isa);
   const NanCase& nc = kNanCases[index];
   if (kFa1 && nc.splits > 1) GTEST_SKIP() << "FA1 has no split-KV";
-  const std::int64_t Sq = nc.seq_q, Skv = 128, H = 4, Hkv = 2, D = 32;
-  fa::AttentionParams p;
-  p.seq_q = Sq;
-  p.seq_kv = Skv;
-  p.num_heads = H;
-  p.num_kv_heads = Hkv;
-  p.head_dim = D;
+  const std::int64_t Sq = nc.seq_q, Skv = kNanSeqKv, H = kNanHeads, Hkv = kNanKvHeads, D = kNanHeadDim;
+  fa::AttentionParams p = nan_case_params(Sq);
   p.causal = nc.causal;
   p.tile_q = kFa1 ? 0 : 32;
   p.tile_kv = kFa1 ? 0 : 32;
@@ -555,13 +563,8 @@ TEST_P(QuantizedCacheNan, ReachesWhatTheReferenceSays) {
   const auto [isa, kv_dtype, tensor, seq_q] = GetParam();
   SKIP_UNLESS_AVAILABLE(isa);
   if (kFa1) GTEST_SKIP() << "FA1 has no quantized cache";
-  const std::int64_t Sq = seq_q, Skv = 128, H = 4, Hkv = 2, D = 32;
-  fa::AttentionParams p;
-  p.seq_q = Sq;
-  p.seq_kv = Skv;
-  p.num_heads = H;
-  p.num_kv_heads = Hkv;
-  p.head_dim = D;
+  const std::int64_t Sq = seq_q, Skv = kNanSeqKv, H = kNanHeads, Hkv = kNanKvHeads, D = kNanHeadDim;
+  fa::AttentionParams p = nan_case_params(Sq);
   p.tile_q = p.tile_kv = 32;
   p.isa = isa;
   std::vector<float> q = normal(Sq * H * D, 31, 1), k = normal(Skv * Hkv * D, 32, 1), v = normal(Skv * Hkv * D, 33, 1);
