@@ -497,13 +497,8 @@ int run(int argc, char** argv) {
     const fa::TensorView kn = fa::make_view(k_new.data(), o.dtype, o.layout, 1, Hkv, append_tokens, D);
     const fa::TensorView vn = fa::make_view(v_new.data(), o.dtype, o.layout, 1, Hkv, append_tokens, D);
     const fa::AttentionTensors cache = tensors_for(0);
-    fa::KvCacheScales cache_scales;  // a quantized cache's: the new rows are quantized as written
-    cache_scales.k = cache.k_scale;
-    cache_scales.v = cache.v_scale;
-    cache_scales.descale_k = p.descale_k;
-    cache_scales.descale_v = p.descale_v;
-    cache_scales.descale_k_count = p.descale_k_count;
-    cache_scales.descale_v_count = p.descale_v_count;
+    // A quantized cache's: the new rows are quantized as they are written.
+    const fa::KvCacheScales cache_scales = fa::cli::append_scales(p, cache);
     for (int r = 0; r < o.warmup_runs + o.num_runs; ++r) {
       const auto start = std::chrono::steady_clock::now();
       const fa::Status status = fa::append_kv_cache(kn, vn, slots.data(), cache.k, cache.v, cache_scales, p.threads);

@@ -27,11 +27,11 @@ Status check_cache_scales(const KvCacheScales& scales, DType cache, std::int64_t
                                              std::string(dtype_name(cache)) + ")");
       continue;
     }
-    if (!view->data) return Status::Invalid(std::string(name) + ": an int8 cache needs its scale view (fp32 [batch, kv_heads, seq, 1])");
-    if (view->dtype != DType::kF32) {
-      return Status::Invalid(std::string(name) + ": dtype " + std::string(dtype_name(view->dtype)) + " (expected fp32)");
+    if (Status s = detail::check_scale_view(name, *view, B, H, S,
+                                            "an int8 cache needs its scale view (fp32 [batch, kv_heads, seq, 1])");
+        !s.ok()) {
+      return s;
     }
-    if (Status s = detail::check_view(name, *view, B, H, S, 1, DType::kF32); !s.ok()) return s;
   }
   for (const auto& [name, values, count] : {std::tuple{"scales.descale_k", scales.descale_k, scales.descale_k_count},
                                             std::tuple{"scales.descale_v", scales.descale_v, scales.descale_v_count}}) {
@@ -40,16 +40,7 @@ Status check_cache_scales(const KvCacheScales& scales, DType cache, std::int64_t
       return Status::Invalid(std::string(name) + " applies to FP8 caches only (the cache is " +
                              std::string(dtype_name(cache)) + ")");
     }
-    if (count != 1 && count != H) {
-      return Status::Invalid(std::string(name) + ": " + std::to_string(count) +
-                             " factors (expected 1, or one per K/V head: " + std::to_string(H) + ")");
-    }
-    for (std::int64_t i = 0; i < count; ++i) {
-      if (!std::isfinite(values[i]) || values[i] <= 0.0f) {
-        return Status::Invalid(std::string(name) + "[" + std::to_string(i) + "] must be a finite positive number (got " +
-                               std::to_string(values[i]) + ")");
-      }
-    }
+    if (Status s = detail::check_factors(name, values, count, H, "K/V head"); !s.ok()) return s;
   }
   return Status::Ok();
 }

@@ -228,6 +228,29 @@ Status check_view(const char* name, const TensorView& v, std::int64_t b, std::in
   return Status::Ok();
 }
 
+Status check_scale_view(const char* name, const TensorView& v, std::int64_t b, std::int64_t h, std::int64_t s,
+                        const std::string& missing) {
+  if (!v.data) return Status::Invalid(std::string(name) + ": " + missing);
+  if (v.dtype != DType::kF32) {
+    return Status::Invalid(std::string(name) + ": dtype " + std::string(dtype_name(v.dtype)) + " (expected fp32)");
+  }
+  return check_view(name, v, b, h, s, 1, DType::kF32);
+}
+
+Status check_factors(const char* name, const float* values, std::int64_t count, std::int64_t heads, const char* per) {
+  if (count != 1 && count != heads) {
+    return Status::Invalid(std::string(name) + ": " + std::to_string(count) + " factors (expected 1, or one per " + per +
+                           ": " + std::to_string(heads) + ")");
+  }
+  for (std::int64_t i = 0; i < count; ++i) {
+    if (!std::isfinite(values[i]) || values[i] <= 0.0f) {
+      return Status::Invalid(std::string(name) + "[" + std::to_string(i) + "] must be a finite positive number (got " +
+                             std::to_string(values[i]) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
 // Every check of `p` that needs no tensor (validate's first part), shared
 // with the planner so that neither ever computes with a bad shape.
 Status validate_params(const AttentionParams& p) {
@@ -432,13 +455,11 @@ Status check_quantized_kv(const AttentionParams& p, const AttentionTensors& t, s
       }
       continue;
     }
-    if (!view->data) {
-      return Status::Invalid(std::string(name) + ": an int8 K/V cache needs its scales (fp32 [batch, kv_heads, seq_kv, 1])");
+    if (Status s = detail::check_scale_view(name, *view, kv_batch, p.kv_heads(), kv_seq,
+                                            "an int8 K/V cache needs its scales (fp32 [batch, kv_heads, seq_kv, 1])");
+        !s.ok()) {
+      return s;
     }
-    if (view->dtype != DType::kF32) {
-      return Status::Invalid(std::string(name) + ": dtype " + std::string(dtype_name(view->dtype)) + " (expected fp32)");
-    }
-    if (Status s = detail::check_view(name, *view, kv_batch, p.kv_heads(), kv_seq, 1, DType::kF32); !s.ok()) return s;
   }
   return Status::Ok();
 }
@@ -479,16 +500,7 @@ Status validate(const AttentionParams& p, const AttentionTensors& t) {
       return Status::Invalid(std::string(name) + " applies to FP8 tensors only (" + (of_q ? "Q is " : "K/V are ") +
                              std::string(dtype_name(of)) + ")");
     }
-    if (count != 1 && count != heads) {
-      return Status::Invalid(std::string(name) + ": " + std::to_string(count) + " factors (expected 1, or one per head: " +
-                             std::to_string(heads) + ")");
-    }
-    for (std::int64_t i = 0; i < count; ++i) {
-      if (!std::isfinite(values[i]) || values[i] <= 0.0f) {
-        return Status::Invalid(std::string(name) + "[" + std::to_string(i) + "] must be a finite positive number (got " +
-                               std::to_string(values[i]) + ")");
-      }
-    }
+    if (Status s = detail::check_factors(name, values, count, heads, "head"); !s.ok()) return s;
   }
   return Status::Ok();
 }

@@ -18,6 +18,17 @@ void QuantizedCache::bind(AttentionParams& p, AttentionTensors& t) const {
   }
 }
 
+KvCacheScales append_scales(const AttentionParams& p, const AttentionTensors& t) {
+  KvCacheScales scales;
+  scales.k = t.k_scale;
+  scales.v = t.v_scale;
+  scales.descale_k = p.descale_k;
+  scales.descale_v = p.descale_v;
+  scales.descale_k_count = p.descale_k_count;
+  scales.descale_v_count = p.descale_v_count;
+  return scales;
+}
+
 namespace {
 
 // Largest finite magnitude of each head of `view` (0 when none).

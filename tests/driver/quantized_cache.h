@@ -22,6 +22,11 @@ struct QuantizedCache {
   void bind(AttentionParams& p, AttentionTensors& t) const;
 };
 
+// What append_kv_cache needs to write into the cache a call reads (`t`'s
+// int8 scale views, `p`'s FP8 factors; none for a 16-bit cache): bind's
+// converse.
+KvCacheScales append_scales(const AttentionParams& p, const AttentionTensors& t);
+
 // The cache of `k` and `v` ([batch, kv_heads, seq, head_dim] views in
 // `layout`, fp32, fp16 or bf16) in `kv_dtype` (int8, fp8_e4m3, fp8_e5m2),
 // same shape and layout.  An FP8 head's descale factor maps its largest
