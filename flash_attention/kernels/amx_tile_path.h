@@ -236,7 +236,7 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo,
 struct AmxProducts {
   static constexpr const char* kUnit = "AMX";  // for fa2_stages
   template <DType DT>
-  static constexpr bool kHandles = DT == DType::kBF16 || DT == DType::kF16;
+  static constexpr bool kHandles = DT == DType::kBF16 || DT == DType::kF16 || is_fp8(DT);
   static void begin() { tile_config(); }
   static void end() { tile_release(); }
   template <int kP>

@@ -107,7 +107,7 @@ inline void dot_product(const std::uint32_t* a, std::int64_t a_block, int M, con
 struct DotProducts {
   static constexpr const char* kUnit = "VDPBF16PS";  // for fa2_stages
   template <DType DT>
-  static constexpr bool kHandles = DT == DType::kBF16;
+  static constexpr bool kHandles = DT == DType::kBF16 || is_fp8(DT);
   static void begin() {}
   static void end() {}
   template <int kP>

@@ -96,8 +96,18 @@ inline void transpose_16x16_epi32(__m512i r[16]) {
 // hi·hi + hi·lo + lo·hi (the dropped lo·lo is below 2^-16 of the product):
 // fp16 on a bf16 engine without ever rounding fp16 inputs to bf16.  The
 // probabilities are split the same way for the second product.
+// FP8 inputs (FA3) are one piece too: every e4m3 and e5m2 value is a bf16
+// (3 and 2 mantissa bits, exponents well inside bf16's range), so they are
+// widened exactly, and their descale factors stay in the score scale and the
+// output divisor as on the other paths.
 template <DType DT>
 inline constexpr int kPieces = DT == DType::kF16 ? 2 : 1;
+
+// 16 FP8 values as fp32, exactly (fp8x8_to_f32: NaN kept).
+template <DType DT>
+inline __m512 fp8x16_to_f32(const std::uint8_t* src) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(fp8x8_to_f32<DT>(src)), fp8x8_to_f32<DT>(src + 8), 1);
+}
 
 // Two fp32 vectors (elements 0-15 and 16-31) as bf16 hi and lo pieces, 32
 // 16-bit values each in element order.
@@ -109,11 +119,14 @@ inline void split_f32(__m512 a, __m512 b, __m512i* hi, __m512i* lo) {
   *lo = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha)));
 }
 
-// 32 consecutive input elements as bf16 pieces (lo untouched for bf16).
+// 32 consecutive input elements as bf16 pieces (lo untouched for bf16 and
+// FP8).
 template <DType DT>
-inline void load_pieces32(const std::uint16_t* src, __m512i* hi, __m512i* lo) {
+inline void load_pieces32(const Elem<DT>* src, __m512i* hi, __m512i* lo) {
   if constexpr (DT == DType::kBF16) {
     *hi = _mm512_loadu_si512(src);
+  } else if constexpr (is_fp8(DT)) {
+    *hi = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(fp8x16_to_f32<DT>(src + 16), fp8x16_to_f32<DT>(src)));
   } else {
     split_f32(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src))),
               _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16))), hi, lo);
@@ -122,12 +135,13 @@ inline void load_pieces32(const std::uint16_t* src, __m512i* hi, __m512i* lo) {
 
 // 16 consecutive input elements as bf16 pieces, zero-extended to 32 bits.
 template <DType DT>
-inline void load_pieces16(const std::uint16_t* src, __m512i* hi, __m512i* lo) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+inline void load_pieces16(const Elem<DT>* src, __m512i* hi, __m512i* lo) {
   if constexpr (DT == DType::kBF16) {
-    *hi = _mm512_cvtepu16_epi32(raw);
+    *hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+  } else if constexpr (is_fp8(DT)) {
+    *hi = _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(fp8x16_to_f32<DT>(src))));
   } else {
-    const __m512 x = _mm512_cvtph_ps(raw);
+    const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
     const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
     const __m512i h32 = _mm512_cvtepu16_epi32(h);
     *hi = h32;
@@ -144,7 +158,7 @@ inline void load_pieces16(const std::uint16_t* src, __m512i* hi, __m512i* lo) {
 // contiguously: the pair (Q[r][2p], Q[r][2p + 1]) at
 // qb[(r / 16 * (D / 2) + p) * 16 + r % 16]; rows from `rows` on are zero.
 template <DType DT>
-inline void pack_q_pairs(const std::uint16_t* q, std::int64_t q_row_stride, int rows, int width, int D,
+inline void pack_q_pairs(const Elem<DT>* q, std::int64_t q_row_stride, int rows, int width, int D,
                          std::uint32_t* qb, std::int64_t lo) {
   for (int r0 = 0; r0 < width; r0 += 16) {
     for (int d0 = 0; d0 < D; d0 += 32) {
@@ -170,10 +184,10 @@ inline void pack_q_pairs(const std::uint16_t* q, std::int64_t q_row_stride, int 
 // token apart (4 KiB for 16 heads of 128 in BSH), so a tile's 16 rows would
 // fall in one L1 set.
 template <DType DT>
-inline void pack_k_tiles(const std::uint16_t* k, std::int64_t k_row_stride, int cols, int cols_pad, int D,
+inline void pack_k_tiles(const Elem<DT>* k, std::int64_t k_row_stride, int cols, int cols_pad, int D,
                          std::uint16_t* kp, std::int64_t lo) {
   for (int c = 0; c < cols_pad; ++c) {
-    const std::uint16_t* row = k + std::int64_t(c) * k_row_stride;
+    const Elem<DT>* row = k + std::int64_t(c) * k_row_stride;
     std::uint16_t* out = kp + (std::int64_t(c / 16) * (D / 32)) * 512 + (c % 16) * 32;
     for (int d0 = 0; d0 < D; d0 += 32) {
       __m512i hi = _mm512_setzero_si512(), lo_piece = _mm512_setzero_si512();
@@ -190,7 +204,7 @@ inline void pack_k_tiles(const std::uint16_t* k, std::int64_t k_row_stride, int 
 // keys from `cols` to cols_pad are zero (their probabilities are zero too,
 // and 0 * garbage could be NaN).
 template <DType DT>
-inline void pack_v_transposed(const std::uint16_t* v, std::int64_t v_row_stride, int cols, int cols_pad, int D,
+inline void pack_v_transposed(const Elem<DT>* v, std::int64_t v_row_stride, int cols, int cols_pad, int D,
                               std::uint32_t* vt, int ldvt, std::int64_t lo) {
   for (int c0 = 0; c0 < cols_pad; c0 += 32) {
     for (int d0 = 0; d0 < D; d0 += 16) {
@@ -304,36 +318,43 @@ inline void rescale_output(const Workspace& w, int D, int nvec, int tq) {
   }
 }
 
-// write_tile_outputs for 16-bit O in 16 x 16 blocks: Oᵀ transposed in
-// registers, divided by the row sums, rounded (nearest even) and stored 16
-// values at a time.  Split-KV partials take the common epilogue.
+// write_tile_outputs in 16 x 16 blocks: Oᵀ transposed in registers, divided
+// by the row sums (over V's descale factor for FP8 inputs), and stored 16
+// values at a time in the output dtype (the input's; FP8's asks for fp32,
+// fp16 or bf16), 16-bit ones rounded to nearest even.  Split-KV partials
+// take the common epilogue.
 template <DType DT>
-inline void write_outputs_16bit(const AttentionJob& job, const Workspace& w, const TileItem& it) {
+inline void write_pair_outputs(const AttentionJob& job, const Workspace& w, const TileItem& it) {
   if (job.num_splits > 1) {
     write_tile_outputs<DT>(job, w, it);
     return;
   }
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q;
-  auto* obase = static_cast<std::uint16_t*>(job.o) + it.b * job.o_strides[0] + it.h * job.o_strides[1] +
-                it.i0 * job.o_strides[2];
-  for (int r0 = 0; r0 < it.rows; r0 += 16) {
-    const int n = it.rows - r0 < 16 ? it.rows - r0 : 16;
-    for (int d0 = 0; d0 < D; d0 += 16) {
-      __m512i block[16];
-      for (int d = 0; d < 16; ++d) block[d] = _mm512_castps_si512(_mm512_loadu_ps(w.ot + std::int64_t(d0 + d) * tq + r0));
-      transpose_16x16_epi32(block);  // block[r]: row r0 + r, dims d0 .. d0 + 15
-      for (int r = 0; r < n; ++r) {
-        const __m512 o = _mm512_div_ps(_mm512_castsi512_ps(block[r]), _mm512_set1_ps(row_denominator(w.l[r0 + r])));
-        __m256i out;
-        if constexpr (DT == DType::kBF16) {
-          out = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(o));
-        } else {
-          out = _mm512_cvtps_ph(o, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const float out_scale = output_scale(job, it.h);
+  with_output_dtype<DT>(job, [&]<DType ODT>() {
+    auto* obase = static_cast<Elem<ODT>*>(job.o) + it.b * job.o_strides[0] + it.h * job.o_strides[1] +
+                  it.i0 * job.o_strides[2];
+    for (int r0 = 0; r0 < it.rows; r0 += 16) {
+      const int n = it.rows - r0 < 16 ? it.rows - r0 : 16;
+      for (int d0 = 0; d0 < D; d0 += 16) {
+        __m512i block[16];
+        for (int d = 0; d < 16; ++d) block[d] = _mm512_castps_si512(_mm512_loadu_ps(w.ot + std::int64_t(d0 + d) * tq + r0));
+        transpose_16x16_epi32(block);  // block[r]: row r0 + r, dims d0 .. d0 + 15
+        for (int r = 0; r < n; ++r) {
+          const __m512 o =
+              _mm512_div_ps(_mm512_castsi512_ps(block[r]), _mm512_set1_ps(row_denominator(w.l[r0 + r]) / out_scale));
+          Elem<ODT>* out = obase + std::int64_t(r0 + r) * job.o_strides[2] + d0;
+          if constexpr (ODT == DType::kF32) {
+            _mm512_storeu_ps(out, o);
+          } else if constexpr (ODT == DType::kBF16) {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(o)));
+          } else {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtps_ph(o, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+          }
         }
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(obase + std::int64_t(r0 + r) * job.o_strides[2] + d0), out);
       }
     }
-  }
+  });
   write_tile_lse(job, w, it);
 }
 
@@ -380,7 +401,9 @@ inline bool engine_handles(DType dtype) {
   switch (dtype) {
     case DType::kF16: return Engine::template kHandles<DType::kF16>;
     case DType::kBF16: return Engine::template kHandles<DType::kBF16>;
-    default: return false;  // fp32; FP8 runs the vector loop
+    case DType::kFP8E4M3: return Engine::template kHandles<DType::kFP8E4M3>;
+    case DType::kFP8E5M2: return Engine::template kHandles<DType::kFP8E5M2>;
+    default: return false;  // fp32
   }
 }
 
@@ -429,8 +452,8 @@ inline KvOperands shared_kv_tile(const AttentionJob& job, const TileItem& it, st
   auto* slot_v = reinterpret_cast<std::uint32_t*>(slot + std::int64_t(kP) * tkv * D);
   std::uint32_t s = __atomic_load_n(state, __ATOMIC_ACQUIRE);
   if (s == 0 && __atomic_compare_exchange_n(state, &s, 1u, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-    const auto* k16 = reinterpret_cast<const std::uint16_t*>(it.kbase);
-    const auto* v16 = reinterpret_cast<const std::uint16_t*>(it.vbase);
+    const auto* k16 = reinterpret_cast<const Elem<DT>*>(it.kbase);
+    const auto* v16 = reinterpret_cast<const Elem<DT>*>(it.vbase);
     const std::int64_t row = kv_row(job, it.b, j0);
     pack_k_tiles<DT>(k16 + row * job.k_strides[2], job.k_strides[2], cols, cols_pad, D, slot, op.k_lo);
     pack_v_transposed<DT>(v16 + row * job.v_strides[2], job.v_strides[2], cols, cols_pad, D, slot_v, tkv / 2, op.v_lo);
@@ -472,13 +495,13 @@ void run_tile_pairs(const AttentionJob& job, const Workspace& w, const TileItem&
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, tkv = job.tile_kv;
   const int rows = it.rows, nvec = it.nvec, width = nvec * 16;
   const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
-  const auto* k16 = reinterpret_cast<const std::uint16_t*>(it.kbase);
-  const auto* v16 = reinterpret_cast<const std::uint16_t*>(it.vbase);
+  const auto* k16 = reinterpret_cast<const Elem<DT>*>(it.kbase);
+  const auto* v16 = reinterpret_cast<const Elem<DT>*>(it.vbase);
   const TileOperands op = tile_operands(w, tq, tkv, D);
   std::uint32_t *qb = op.qb, *vt = op.vt, *pb = op.pb;
   std::uint16_t* kpack = op.kp;
   const std::int64_t q_lo = op.q_lo, k_lo = op.k_lo, v_lo = op.v_lo, p_lo = op.p_lo;
-  pack_q_pairs<DT>(reinterpret_cast<const std::uint16_t*>(it.qbase), job.q_strides[2], rows, width, D, qb, q_lo);
+  pack_q_pairs<DT>(reinterpret_cast<const Elem<DT>*>(it.qbase), job.q_strides[2], rows, width, D, qb, q_lo);
   // Oᵀ is written whole by the first tile's product (`fresh`), so it is
   // cleared here only for an item that has no key to visit.
   init_tile_state(job, w, it, /*zero_output=*/it.kv_begin >= it.kv_end);
@@ -515,7 +538,7 @@ void run_tile_pairs(const AttentionJob& job, const Workspace& w, const TileItem&
     laps.lap(kStagePv);
   }
   Engine::end();
-  write_outputs_16bit<DT>(job, w, it);
+  write_pair_outputs<DT>(job, w, it);
   laps.finish(kStageEpilogue);
 }
 

@@ -205,8 +205,9 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, QuantizedKvShapes,
 
 // The shapes the pair path runs (head_dim a multiple of 32, K/V tiles of 32
 // keys or more; on amx bf16 and fp16 in two bf16 pieces, on avx512bf16
-// bf16), every other option random as above; the other paths (and fp16 on
-// avx512bf16) run the same cases through their own code.
+// bf16; on both FP8 widened to bf16, FA3 only), every other option random
+// as above; the other paths (and fp16 on avx512bf16) run the same cases
+// through their own code.
 class MatrixUnitShapes : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, int>> {};
 
 TEST_P(MatrixUnitShapes, MatchesFloat64Reference) {
@@ -219,21 +220,30 @@ TEST_P(MatrixUnitShapes, MatchesFloat64Reference) {
   c.params.head_dim = 32 * pick(1, 8);
   c.params.tile_kv = 32 << pick(0, 3);
   if (c.paged_block_size > 0) c.paged_block_size = std::max(c.paged_block_size, c.params.tile_kv);  // a tile in one block
-  if (isa == fa::Isa::kAmx || (isa == fa::Isa::kAvx512Bf16 && dtype == DType::kBF16)) {
+  if (fa::is_fp8(dtype)) {  // as Fp8Shapes: every output dtype, descale factors per tensor or per head
+    c.out_dtype = std::array{DType::kBF16, DType::kF16, DType::kF32}[index % 3];
+    c.descale = index % 3;
+  }
+  if (isa == fa::Isa::kAmx || (isa == fa::Isa::kAvx512Bf16 && dtype != DType::kF16)) {
     EXPECT_TRUE(fa::uses_matrix_unit(isa, dtype, c.params.head_dim));
   }
   expect_matches_reference(c, isa);
 }
 
+std::string matrix_case_name(const ::testing::TestParamInfo<std::tuple<fa::Isa, DType, int>>& info) {
+  return std::string(fa::isa_name(std::get<0>(info.param))) + "_" + std::string(fa::dtype_name(std::get<1>(info.param))) +
+         "_" + std::to_string(std::get<2>(info.param));
+}
 INSTANTIATE_TEST_SUITE_P(AllPaths, MatrixUnitShapes,
                          ::testing::Combine(kPaths, ::testing::Values(DType::kBF16, DType::kF16), ::testing::Range(0, 25)),
-                         [](const auto& info) {
-                           return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
-                                  std::string(fa::dtype_name(std::get<1>(info.param))) + "_" +
-                                  std::to_string(std::get<2>(info.param));
-                         });
+                         matrix_case_name);
+// FP8 on the two pair engines (Fp8Shapes runs FP8 on every path).
+INSTANTIATE_TEST_SUITE_P(PairEngines, MatrixUnitShapes,
+                         ::testing::Combine(::testing::Values(fa::Isa::kAvx512Bf16, fa::Isa::kAmx),
+                                            ::testing::Values(DType::kFP8E4M3, DType::kFP8E5M2), ::testing::Range(0, 9)),
+                         matrix_case_name);
 
-// The pair path (amx: bf16 and fp16; avx512bf16: bf16) packs each K/V tile
+// The pair path (amx: bf16 and fp16; avx512bf16: bf16; both: FP8) packs each K/V tile
 // once per call and shares it between Q tiles, query heads of a GQA group
 // and threads (the first item to reach a tile packs it; one arriving while
 // it is packed packs its own copy).  Many Q tiles, GQA, a partial last K/V
@@ -250,6 +260,7 @@ TEST_P(SharedKvPacking, MatchesFloat64Reference) {
   const auto [path, mask, threads] = GetParam();
   SKIP_UNLESS_AVAILABLE(path.isa);
   if (kFa1) GTEST_SKIP() << "FA1 runs the vector loop on every path: no pair path, no shared packing";
+  if (fa::is_fp8(path.dtype) && fa::cli::kVersion != fa::Version::kFA3) GTEST_SKIP() << "FP8 inputs are FA3's";
   CaseSpec c;
   c.dtype = path.dtype;
   c.mask = mask;
@@ -275,7 +286,9 @@ TEST_P(SharedKvPacking, MatchesFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(PairPaths, SharedKvPacking,
                          ::testing::Combine(::testing::Values(PairPathCase{fa::Isa::kAmx, DType::kBF16},
                                                               PairPathCase{fa::Isa::kAmx, DType::kF16},
-                                                              PairPathCase{fa::Isa::kAvx512Bf16, DType::kBF16}),
+                                                              PairPathCase{fa::Isa::kAvx512Bf16, DType::kBF16},
+                                                              PairPathCase{fa::Isa::kAmx, DType::kFP8E5M2},
+                                                              PairPathCase{fa::Isa::kAvx512Bf16, DType::kFP8E4M3}),
                                             ::testing::Values(MaskMode::kNone, MaskMode::kCausal),
                                             ::testing::Values(1, 4)),
                          [](const auto& info) {
@@ -355,7 +368,8 @@ struct ForwardRun {
 ForwardRun run_forward(fa::AttentionParams p, fa::Isa isa, DType dtype, std::vector<float> q, std::vector<float> k,
                 std::vector<float> v, Layout layout = Layout::kBSH) {
   const std::size_t es = fa::dtype_size(dtype);
-  fa::cli::HostBuffer qb(q.size() * es), kb(k.size() * es), vb(v.size() * es), ob(q.size() * es);
+  const DType o_dtype = fa::is_fp8(dtype) ? DType::kBF16 : dtype;  // FP8 inputs (FA3): O in bf16
+  fa::cli::HostBuffer qb(q.size() * es), kb(k.size() * es), vb(v.size() * es), ob(q.size() * fa::dtype_size(o_dtype));
   for (std::size_t i = 0; i < q.size(); ++i) fa::detail::store_from_f32(qb.data(), dtype, i, q[i]);
   for (std::size_t i = 0; i < k.size(); ++i) fa::detail::store_from_f32(kb.data(), dtype, i, k[i]);
   for (std::size_t i = 0; i < v.size(); ++i) fa::detail::store_from_f32(vb.data(), dtype, i, v[i]);
@@ -363,7 +377,7 @@ ForwardRun run_forward(fa::AttentionParams p, fa::Isa isa, DType dtype, std::vec
   t.q = fa::make_view(qb.data(), dtype, layout, p.batch, p.num_heads, p.seq_q, p.head_dim);
   t.k = fa::make_view(kb.data(), dtype, layout, p.batch, p.kv_heads(), p.seq_kv, p.head_dim);
   t.v = fa::make_view(vb.data(), dtype, layout, p.batch, p.kv_heads(), p.seq_kv, p.head_dim);
-  t.o = fa::make_view(ob.data(), dtype, Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
+  t.o = fa::make_view(ob.data(), o_dtype, Layout::kBSH, p.batch, p.num_heads, p.seq_q, p.head_dim);
   p.isa = isa;
   if (kFa1) p.tile_q = p.tile_kv = 0;  // its fixed 64 x 64
   ForwardRun r;
@@ -372,7 +386,7 @@ ForwardRun run_forward(fa::AttentionParams p, fa::Isa isa, DType dtype, std::vec
   const fa::Status s = fa::cli::kForward(p, t);
   EXPECT_TRUE(s.ok()) << s.message();
   r.out.resize(q.size());
-  for (std::size_t i = 0; i < q.size(); ++i) r.out[i] = fa::detail::load_as_f32(ob.data(), dtype, i);
+  for (std::size_t i = 0; i < q.size(); ++i) r.out[i] = fa::detail::load_as_f32(ob.data(), o_dtype, i);
   return r;
 }
 
@@ -462,6 +476,7 @@ TEST_P(NonFiniteInputs, NanPropagatesToTheRowsItTouches) {
   SKIP_UNLESS_AVAILABLE(isa);
   const NanCase& nc = kNanCases[index];
   if (kFa1 && nc.splits > 1) GTEST_SKIP() << "FA1 has no split-KV";
+  if (fa::is_fp8(dtype) && fa::cli::kVersion != fa::Version::kFA3) GTEST_SKIP() << "FP8 inputs are FA3's";
   const std::int64_t Sq = nc.seq_q, Skv = kNanSeqKv, H = kNanHeads, Hkv = kNanKvHeads, D = kNanHeadDim;
   fa::AttentionParams p = nan_case_params(Sq);
   p.causal = nc.causal;
@@ -542,15 +557,19 @@ TEST_P(NonFiniteInputs, NanPropagatesToTheRowsItTouches) {
   EXPECT_LE(std::sqrt(err2 / ref2), fa::cli::rel_l2_bound(dtype));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllPaths, NonFiniteInputs,
-                         ::testing::Combine(kPaths, kDtypes, ::testing::Range(0, static_cast<int>(std::size(kNanCases)))),
-                         [](const auto& info) {
-                           const NanCase& nc = kNanCases[std::get<2>(info.param)];
-                           return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
-                                  std::string(fa::dtype_name(std::get<1>(info.param))) + "_" + nc.tensor +
-                                  std::to_string(nc.row) + (nc.causal ? "_causal" : "") +
-                                  (nc.seq_q == 1 ? "_decode" : "") + (nc.splits > 1 ? "_split" : "");
-                         });
+std::string nan_case_name(const ::testing::TestParamInfo<std::tuple<fa::Isa, DType, int>>& info) {
+  const NanCase& nc = kNanCases[std::get<2>(info.param)];
+  return std::string(fa::isa_name(std::get<0>(info.param))) + "_" + std::string(fa::dtype_name(std::get<1>(info.param))) +
+         "_" + nc.tensor + std::to_string(nc.row) + (nc.causal ? "_causal" : "") + (nc.seq_q == 1 ? "_decode" : "") +
+         (nc.splits > 1 ? "_split" : "");
+}
+const auto kNanCaseIndices = ::testing::Range(0, static_cast<int>(std::size(kNanCases)));
+INSTANTIATE_TEST_SUITE_P(AllPaths, NonFiniteInputs, ::testing::Combine(kPaths, kDtypes, kNanCaseIndices), nan_case_name);
+// FP8 inputs (FA3): the NaN codes (e4m3's S.1111.111, e5m2's) through every
+// path's widening, the pair engines' exact bf16 one included.
+INSTANTIATE_TEST_SUITE_P(Fp8, NonFiniteInputs,
+                         ::testing::Combine(kPaths, ::testing::Values(DType::kFP8E4M3, DType::kFP8E5M2), kNanCaseIndices),
+                         nan_case_name);
 
 // The NaN rule through a quantized cache: a NaN in K or V key 70 of K/V
 // head 0 (int8: its row's scale turns NaN; FP8: the NaN code) reaches
