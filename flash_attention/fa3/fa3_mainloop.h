@@ -15,11 +15,18 @@
 //     it once per Q tile), and with the prefetch (FA_ENABLE_ASYNC or
 //     async_prefetch) its lines are streamed into L2 from inside B's Q·Kᵀ and
 //     A's P·V one step ahead.
+// On amx the pair path (bf16, fp16 in two pieces, FP8) runs the same
+// schedule over its own steps (PairTileSteps, kernels/bf16_pair_path.h):
+// B's K·Qᵀ on the tile unit beside A's AVX-512 softmax and Vᵀ·Pᵀ, A's K·Qᵀ
+// of tile j + 1 before B's softmax of tile j; the K/V operands are the
+// call's shared packing where there is one (both tiles read the same slot
+// while it is hot), else each tile's own.  The avx512bf16 engine runs its
+// products on the softmax's own vector pipes (Engine::kOwnUnit false):
+// there the schedule overlaps nothing and costs L1 (measured 0.93x), so
+// each Q tile runs FA2's way.
 // Per Q tile the operations and their order are FA2's, so FA3's results
 // equal FA2's at the same tiles.  Short Q tiles (the row path), packed GQA
-// groups, a pair's missing second tile, and the pair path's engines (bf16 on
-// avx512bf16 and amx, fp16 on amx) run each Q tile FA2's way: the
-// interleaved schedule for the bf16 engines is not written yet.
+// groups and a pair's missing second tile run each Q tile FA2's way.
 //
 // Included by kernels/<isa>/kernels_<isa>.cpp (through
 // kernels/version_mainloop.h) inside the path's namespace.
@@ -115,6 +122,46 @@ void run_tile_pair(const AttentionJob& job, const Workspace& wa, const Workspace
   laps.finish(kStageEpilogue);
 }
 
+#if defined(FA_HAVE_BF16_PAIRS)
+// The pair schedule of run_tile_pair on the pair path's steps (amx).  A
+// streams the next K/V tile's lines into L2 for both.
+template <DType DT>
+void run_pair_engine_tiles(const AttentionJob& job, const Workspace& wa, const Workspace& wb, const TileItem& ia,
+                           const TileItem& ib) {
+  StageLaps laps(job.stage_cycles);
+  PairTileSteps<DT, PairEngine> a(job, wa, ia), b(job, wb, ib, /*stream_next=*/false);
+  a.start();
+  b.start();
+  PairEngine::begin();
+  laps.lap(kStageQ);
+  const std::int64_t begin = ia.kv_begin < ib.kv_begin ? ia.kv_begin : ib.kv_begin;
+  const std::int64_t end = ia.kv_end > ib.kv_end ? ia.kv_end : ib.kv_end;
+  if (a.attends(begin)) {
+    a.load_k(begin);
+    laps.lap(kStageKv);
+    a.scores(laps);
+  }
+  for (std::int64_t j0 = begin; j0 < end; j0 += job.tile_kv) {
+    if (b.attends(j0)) {  // ping: B's scores while A's softmax and P·V wait
+      b.load_k(j0);
+      laps.lap(kStageKv);
+      b.scores(laps);
+    }
+    if (a.attends(j0)) a.softmax_accumulate(laps);
+    if (a.attends(j0 + job.tile_kv)) {  // pong, pipelined: A's next scores before B's softmax
+      a.load_k(j0 + job.tile_kv);
+      laps.lap(kStageKv);
+      a.scores(laps);
+    }
+    if (b.attends(j0)) b.softmax_accumulate(laps);
+  }
+  PairEngine::end();
+  a.finish();
+  b.finish();
+  laps.finish(kStageEpilogue);
+}
+#endif
+
 struct Fa3Loop {
   static constexpr Version kVersion = Version::kFA3;
   static constexpr bool kFp8 = true;
@@ -129,13 +176,8 @@ struct Fa3Loop {
 
   // Whether a Q tile runs FA2's way (see the header comment) rather than in
   // the interleaved pair.
-  template <DType DT>
   static bool alone(const AttentionJob& job, const TileItem& it) {
-    if (it.rows <= kRowPathMaxRows || job.pack_group > 1) return true;
-#if defined(FA_HAVE_BF16_PAIRS)
-    if constexpr (PairEngine::template kHandles<DT>) return pair_tile_path_fits(job);
-#endif
-    return false;
+    return it.rows <= kRowPathMaxRows || job.pack_group > 1;
   }
 
   template <DType DT, bool kPrefetch>
@@ -151,11 +193,24 @@ struct Fa3Loop {
       return;
     }
     const TileItem ib = tile_item(job, first + 1, at.split, at.unit);
-    if (alone<DT>(job, ia) || alone<DT>(job, ib)) {
+    if (alone(job, ia) || alone(job, ib)) {
       run_q_tile<DT, kPrefetch>(job, wa, ia);
       run_q_tile<DT, kPrefetch>(job, wa, ib);
       return;
     }
+#if defined(FA_HAVE_BF16_PAIRS)
+    if constexpr (PairEngine::template kHandles<DT>) {
+      if (pair_tile_path_fits(job)) {
+        if constexpr (PairEngine::kOwnUnit) {
+          run_pair_engine_tiles<DT>(job, wa, wb, ia, ib);
+        } else {
+          run_tile_pairs<DT, PairEngine>(job, wa, ia);
+          run_tile_pairs<DT, PairEngine>(job, wa, ib);
+        }
+        return;
+      }
+    }
+#endif
     run_tile_pair<DT, kPrefetch>(job, wa, wb, ia, ib);
   }
 };

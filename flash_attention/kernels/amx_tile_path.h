@@ -237,6 +237,9 @@ struct AmxProducts {
   static constexpr const char* kUnit = "AMX";  // for fa2_stages
   template <DType DT>
   static constexpr bool kHandles = DT == DType::kBF16 || DT == DType::kF16 || is_fp8(DT);
+  // The tile unit works beside the AVX-512 softmax: FA3's pair schedule
+  // has something to overlap.
+  static constexpr bool kOwnUnit = true;
   static void begin() { tile_config(); }
   static void end() { tile_release(); }
   template <int kP>

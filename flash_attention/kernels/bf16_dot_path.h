@@ -108,6 +108,11 @@ struct DotProducts {
   static constexpr const char* kUnit = "VDPBF16PS";  // for fa2_stages
   template <DType DT>
   static constexpr bool kHandles = DT == DType::kBF16 || is_fp8(DT);
+  // VDPBF16PS runs on the vector pipes the softmax uses: FA3's pair
+  // schedule has nothing to overlap and keeps two Q tiles' operands hot
+  // instead of one (measured 0.93x running each tile FA2's way, Zen 4,
+  // docs/PERF.md), so FA3 runs each tile FA2's way on this engine.
+  static constexpr bool kOwnUnit = false;
   static void begin() {}
   static void end() {}
   template <int kP>

@@ -21,6 +21,9 @@
 //
 // An engine is a struct of static members (AmxProducts, DotProducts):
 //   kHandles<DT>        whether it runs this dtype (fp16 in two pieces: amx)
+//   kOwnUnit            whether the products run on a unit beside the vector
+//                       unit (AMX tiles), which FA3's pair schedule overlaps
+//                       with the softmax
 //   begin(), end()      around an item's products (the tile configuration)
 //   scores<kP>(kp, k_lo, qb, q_lo, tq, D, cols_pad, width, st, spans, next)
 //       Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols_pad, r < width; K in
@@ -483,62 +486,115 @@ inline KvLineStream next_tile_lines(const AttentionJob& job, const TileItem& it,
   return next;
 }
 
-// One item of the pair path, both products on `Engine` (bf16, or fp16 in
-// two pieces where the engine takes it): Q packed into scratch
-// (tile_operands), K/V read from their shared slots or packed there
-// (shared_kv_tile), the next K/V tile always streamed into L2 (so
-// FA_ENABLE_ASYNC does not apply here).
+// One Q tile on the pair path, both products on `Engine` (bf16 and FP8, or
+// fp16 in two pieces where the engine takes it), as steps a loop calls per
+// K/V tile: FA2's loop (run_tile_pairs) runs them in order; FA3's pair
+// schedule (fa3/fa3_mainloop.h) interleaves two tiles' steps.  Q is packed
+// into scratch (tile_operands), K/V read from their shared slots or packed
+// there (shared_kv_tile), the next K/V tile always streamed into L2 (so
+// FA_ENABLE_ASYNC does not apply here).  Engine::begin() / end() go around
+// the steps of every tile a thread runs together.
+template <DType DT, class Engine>
+class PairTileSteps {
+ public:
+  static constexpr int kP = kPieces<DT>;
+
+  // `stream_next`: whether this tile streams the next K/V tile's lines (of
+  // two tiles over one K/V stream, one does).
+  PairTileSteps(const AttentionJob& job, const Workspace& w, const TileItem& it, bool stream_next = true)
+      : job_(job), w_(w), it_(it), op_(tile_operands(w, job.tile_q, job.tile_kv, static_cast<int>(job.head_dim))),
+        stream_next_(stream_next) {}
+
+  // Q packed; the softmax state set.  Oᵀ is written whole by the first
+  // tile's product (`fresh`), so it is cleared here only for an item that
+  // has no key to visit.
+  void start() {
+    pack_q_pairs<DT>(reinterpret_cast<const Elem<DT>*>(it_.qbase), job_.q_strides[2], it_.rows, it_.nvec * 16,
+                     D(), op_.qb, op_.q_lo);
+    init_tile_state(job_, w_, it_, /*zero_output=*/it_.kv_begin >= it_.kv_end);
+  }
+  bool attends(std::int64_t j0) const { return j0 >= it_.kv_begin && j0 < it_.kv_end; }
+
+  // The K/V tile at j0: its operands, and K packed when they are the item's own.
+  void load_k(std::int64_t j0) {
+    j0_ = j0;
+    cols_ = static_cast<int>(it_.kv_end - j0 < job_.tile_kv ? it_.kv_end - j0 : job_.tile_kv);
+    cols_pad_ = (cols_ + 31) & ~31;
+    spans_ = tile_key_spans(job_, it_, j0, cols_, span_buffer_);
+    next_ = stream_next_ ? next_tile_lines<DT>(job_, it_, j0) : KvLineStream{};
+    kv_ = shared_kv_tile<DT>(job_, it_, j0, cols_, cols_pad_, op_);
+    if (kv_.own) {
+      const std::int64_t ks = job_.k_strides[2];
+      pack_k_tiles<DT>(reinterpret_cast<const Elem<DT>*>(it_.kbase) + kv_row(job_, it_.b, j0) * ks, ks, cols_, cols_pad_,
+                       D(), op_.kp, op_.k_lo);
+    }
+  }
+  // Sᵀ = K · Qᵀ; then Vᵀ packed when it is the item's own.
+  void scores(StageLaps& laps) {
+    Engine::template scores<kP>(kv_.k, op_.k_lo, op_.qb, op_.q_lo, job_.tile_q, D(), cols_pad_, it_.nvec * 16, w_.st,
+                                spans_, &next_);
+    laps.lap(kStageScores);
+    if (kv_.own) {
+      const std::int64_t vs = job_.v_strides[2];
+      pack_v_transposed<DT>(reinterpret_cast<const Elem<DT>*>(it_.vbase) + kv_row(job_, it_.b, j0_) * vs, vs, cols_,
+                            cols_pad_, D(), op_.vt, job_.tile_kv / 2, op_.v_lo);
+    }
+    laps.lap(kStageKv);
+  }
+  // The online softmax into P pairs, Oᵀ rescaled, Oᵀ += Vᵀ · Pᵀ.
+  void softmax_accumulate(StageLaps& laps) {
+    const int tq = job_.tile_q, tkv = job_.tile_kv, nvec = it_.nvec;
+    if (job_.dropout.active) {  // dropout works on the fp32 P, which is packed afterwards
+      softmax_raw_tile<DT>(job_, w_, it_, j0_, cols_);
+      pack_p_pairs<kP>(w_.st, cols_, cols_pad_, nvec, tq, op_.pb, tkv / 2, op_.p_lo);
+    } else {
+      const float scale = prepare_scores(job_, w_, it_, j0_, cols_);
+      softmax_to_pairs<kP, kHalfSoftmax<DT>>(w_, cols_, cols_pad_, nvec, tq, scale, op_.pb, tkv / 2, op_.p_lo, &next_);
+    }
+    laps.lap(kStageSoftmax);
+    const bool fresh = j0_ == it_.kv_begin;
+    if (!fresh) rescale_output(w_, D(), nvec, tq);
+    laps.lap(kStageRescale);
+    Engine::template accumulate<kP>(kv_.vt, tkv / 2, op_.v_lo, op_.pb, tkv / 2, op_.p_lo, tq, D(), cols_pad_, nvec * 16,
+                                    w_.ot, fresh, spans_, &next_);
+    next_.issue(next_.total_lines());  // what rounding left
+    laps.lap(kStagePv);
+  }
+  void finish() { write_pair_outputs<DT>(job_, w_, it_); }
+
+ private:
+  int D() const { return static_cast<int>(job_.head_dim); }
+
+  const AttentionJob& job_;
+  const Workspace& w_;
+  const TileItem& it_;
+  const TileOperands op_;
+  const bool stream_next_;
+  // The current K/V tile.
+  std::int64_t j0_ = 0;
+  int cols_ = 0, cols_pad_ = 0;
+  const KeySpan* spans_ = nullptr;
+  KeySpan span_buffer_[kMaxRowVectors];
+  KvLineStream next_;
+  KvOperands kv_{};
+};
+
+// FA2's loop on the pair path: one Q tile's steps in order.
 template <DType DT, class Engine>
 void run_tile_pairs(const AttentionJob& job, const Workspace& w, const TileItem& it) {
   StageLaps laps(job.stage_cycles);
-  constexpr int kP = kPieces<DT>;
-  const int D = static_cast<int>(job.head_dim), tq = job.tile_q, tkv = job.tile_kv;
-  const int rows = it.rows, nvec = it.nvec, width = nvec * 16;
-  const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2];
-  const auto* k16 = reinterpret_cast<const Elem<DT>*>(it.kbase);
-  const auto* v16 = reinterpret_cast<const Elem<DT>*>(it.vbase);
-  const TileOperands op = tile_operands(w, tq, tkv, D);
-  std::uint32_t *qb = op.qb, *vt = op.vt, *pb = op.pb;
-  std::uint16_t* kpack = op.kp;
-  const std::int64_t q_lo = op.q_lo, k_lo = op.k_lo, v_lo = op.v_lo, p_lo = op.p_lo;
-  pack_q_pairs<DT>(reinterpret_cast<const Elem<DT>*>(it.qbase), job.q_strides[2], rows, width, D, qb, q_lo);
-  // Oᵀ is written whole by the first tile's product (`fresh`), so it is
-  // cleared here only for an item that has no key to visit.
-  init_tile_state(job, w, it, /*zero_output=*/it.kv_begin >= it.kv_end);
+  PairTileSteps<DT, Engine> tile(job, w, it);
+  tile.start();
   Engine::begin();
   laps.lap(kStageQ);
-  KeySpan span_buffer[kMaxRowVectors];
-  for (std::int64_t j0 = it.kv_begin; j0 < it.kv_end; j0 += tkv) {
-    const int cols = static_cast<int>(it.kv_end - j0 < tkv ? it.kv_end - j0 : tkv);
-    const int cols_pad = (cols + 31) & ~31;
-    const KeySpan* spans = tile_key_spans(job, it, j0, cols, span_buffer);
-    KvLineStream next = next_tile_lines<DT>(job, it, j0);
-    const KvOperands kv = shared_kv_tile<DT>(job, it, j0, cols, cols_pad, op);
-    if (kv.own) pack_k_tiles<DT>(k16 + kv_row(job, it.b, j0) * ks, ks, cols, cols_pad, D, kpack, k_lo);
+  for (std::int64_t j0 = it.kv_begin; j0 < it.kv_end; j0 += job.tile_kv) {
+    tile.load_k(j0);
     laps.lap(kStageKv);
-    Engine::template scores<kP>(kv.k, k_lo, qb, q_lo, tq, D, cols_pad, width, w.st, spans, &next);
-    laps.lap(kStageScores);
-    if (kv.own) pack_v_transposed<DT>(v16 + kv_row(job, it.b, j0) * vs, vs, cols, cols_pad, D, vt, tkv / 2, v_lo);
-    laps.lap(kStageKv);
-
-    if (job.dropout.active) {  // dropout works on the fp32 P, which is packed afterwards
-      softmax_raw_tile<DT>(job, w, it, j0, cols);
-      pack_p_pairs<kP>(w.st, cols, cols_pad, nvec, tq, pb, tkv / 2, p_lo);
-    } else {
-      const float scale = prepare_scores(job, w, it, j0, cols);
-      softmax_to_pairs<kP, kHalfSoftmax<DT>>(w, cols, cols_pad, nvec, tq, scale, pb, tkv / 2, p_lo, &next);
-    }
-    laps.lap(kStageSoftmax);
-    const bool fresh = j0 == it.kv_begin;
-    if (!fresh) rescale_output(w, D, nvec, tq);
-    laps.lap(kStageRescale);
-    Engine::template accumulate<kP>(kv.vt, tkv / 2, v_lo, pb, tkv / 2, p_lo, tq, D, cols_pad, width, w.ot, fresh, spans,
-                                    &next);
-    next.issue(next.total_lines());  // what rounding left
-    laps.lap(kStagePv);
+    tile.scores(laps);
+    tile.softmax_accumulate(laps);
   }
   Engine::end();
-  write_pair_outputs<DT>(job, w, it);
+  tile.finish();
   laps.finish(kStageEpilogue);
 }
 
