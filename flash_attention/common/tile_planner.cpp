@@ -242,8 +242,12 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
   // too, and each engine has its own recommended tiles.
   const bool matrix = uses_matrix_unit(isa, dtype, p.head_dim);
   const int p_bytes = matrix ? (dtype == DType::kF16 ? 4 : 2) : 0;
-  // FA3 holds two Q tiles' state and two K/V tiles per thread.
-  const int states = version == Version::kFA3 ? 2 : 1;
+  // FA3 holds two Q tiles' state and two K/V tiles per thread, and runs them
+  // interleaved, but for the avx512bf16 pair engine, whose products share
+  // the softmax's vector pipes: there each Q tile of a pair runs FA2's way
+  // (kernels/bf16_dot_path.h, kOwnUnit), so FA3 plans FA2's tiles and items.
+  const bool interleaved_pair = version == Version::kFA3 && !(matrix && isa == Isa::kAvx512Bf16);
+  const int states = interleaved_pair ? 2 : 1;
   auto working_set = [&](int q, int kv) { return detail::version_working_set_bytes(states, q, kv, D, p_bytes); };
   const int want_threads = p.threads > 0 ? p.threads : default_thread_count();
   const std::int64_t group = p.num_heads / p.kv_heads();
@@ -267,14 +271,14 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
       if (p.seq_q <= row.max_seq && table_q == 0) table_q = masked ? row.causal_tile_q : row.tile_q;
       if (p.seq_kv <= row.max_seq && table_kv == 0) table_kv = masked ? row.causal_tile_kv : row.tile_kv;
     }
-    // FA3's item is a pair of Q tiles: each half the table's, so the pair
-    // covers the rows FA2's tile would.
-    if (version == Version::kFA3 && table_q > 16) table_q /= 2;
+    // FA3's interleaved item is a pair of Q tiles: each half the table's, so
+    // the pair covers the rows FA2's tile would.
+    if (interleaved_pair && table_q > 16) table_q /= 2;
     // A Q tile longer than the queries only wastes lanes: cap it (decoding).
     while (table_q > 16 && table_q / 2 >= p.seq_q) table_q /= 2;
     // Parallelism: halve the Q tile (down to 64) while the items would not
     // give every thread two.
-    const std::int64_t per_item = version == Version::kFA3 ? 2 : 1;
+    const std::int64_t per_item = interleaved_pair ? 2 : 1;
     auto items = [&](int q) { return p.batch * p.num_heads * (((p.seq_q + q - 1) / q + per_item - 1) / per_item); };
     while (table_q > 64 && items(table_q) < 2 * want_threads) table_q /= 2;
     const bool cached = tuning_cache_lookup(version, p, dtype, isa, &cq, &ckv);
@@ -359,10 +363,11 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
     }
   }
   const std::int64_t units = p.num_heads / plan->pack_gqa;
-  // Q tiles per item: FA1's item is a whole (batch, head), FA3's a pair.
+  // Q tiles per item: FA1's item is a whole (batch, head), FA3's a pair
+  // where it interleaves them (Fa3Loop::tiles_per_item).
   const std::int64_t per_item = version == Version::kFA1 ? std::max<std::int64_t>(q_tiles, 1)
-                                : version == Version::kFA3 ? 2
-                                                           : 1;
+                                : interleaved_pair       ? 2
+                                                         : 1;
   auto groups = [per_item](std::int64_t tiles) { return (tiles + per_item - 1) / per_item; };
   auto q_tiles_of = [tq](std::int64_t rows) { return (rows + tq - 1) / tq; };
   auto chunks = [](std::int64_t keys, std::int64_t chunk) { return keys > chunk ? (keys + chunk - 1) / chunk : 1; };

@@ -172,7 +172,17 @@ struct Fa3Loop {
     return pair > rows ? pair : rows;
   }
   static std::size_t kv_pack_bytes(const AttentionJob& job) { return shared_kv_pack_bytes(job); }
-  static std::int64_t items(const AttentionJob& job) { return grouped_items(job, kQTilesPerItem); }
+  // Q tiles per item: a pair, but one where the pair engine runs each tile
+  // FA2's way (no unit of its own to overlap, kOwnUnit): a pair there only
+  // halves the items the threads balance (measured 1% slower than FA2).
+  // The planner's count follows the same rule (tile_planner.cpp).
+  static int tiles_per_item([[maybe_unused]] const AttentionJob& job) {
+#if defined(FA_HAVE_BF16_PAIRS)
+    if (!PairEngine::kOwnUnit && engine_handles<PairEngine>(job.dtype) && pair_tile_path_fits(job)) return 1;
+#endif
+    return kQTilesPerItem;
+  }
+  static std::int64_t items(const AttentionJob& job) { return grouped_items(job, tiles_per_item(job)); }
 
   // Whether a Q tile runs FA2's way (see the header comment) rather than in
   // the interleaved pair.
@@ -182,13 +192,14 @@ struct Fa3Loop {
 
   template <DType DT, bool kPrefetch>
   static void run_item(const AttentionJob& job, std::int64_t item, float* scratch) {
-    const ItemCoords at = item_coords(job, item, kQTilesPerItem);
+    const int per_item = tiles_per_item(job);
+    const ItemCoords at = item_coords(job, item, per_item);
     const int tq = job.tile_q, tkv = job.tile_kv, D = static_cast<int>(job.head_dim);
     const Workspace wa = Workspace::carve(scratch, tq, tkv, D);
     const Workspace wb = Workspace::carve(scratch + q_tile_workspace_floats(job), tq, tkv, D);
-    const std::int64_t first = at.q_group * kQTilesPerItem;
+    const std::int64_t first = at.q_group * per_item;
     const TileItem ia = tile_item(job, first, at.split, at.unit);
-    if (first + 1 >= job.q_tiles) {
+    if (per_item == 1 || first + 1 >= job.q_tiles) {
       run_q_tile<DT, kPrefetch>(job, wa, ia);
       return;
     }
@@ -199,14 +210,9 @@ struct Fa3Loop {
       return;
     }
 #if defined(FA_HAVE_BF16_PAIRS)
-    if constexpr (PairEngine::template kHandles<DT>) {
+    if constexpr (PairEngine::template kHandles<DT> && PairEngine::kOwnUnit) {
       if (pair_tile_path_fits(job)) {
-        if constexpr (PairEngine::kOwnUnit) {
-          run_pair_engine_tiles<DT>(job, wa, wb, ia, ib);
-        } else {
-          run_tile_pairs<DT, PairEngine>(job, wa, ia);
-          run_tile_pairs<DT, PairEngine>(job, wa, ib);
-        }
+        run_pair_engine_tiles<DT>(job, wa, wb, ia, ib);
         return;
       }
     }
