@@ -572,7 +572,9 @@ INSTANTIATE_TEST_SUITE_P(Fp8, NonFiniteInputs,
                          nan_case_name);
 
 // The NaN rule through a quantized cache: a NaN in K or V key 70 of K/V
-// head 0 (int8: its row's scale turns NaN; FP8: the NaN code) reaches
+// head 0 (int8: its row's scale turns NaN; FP8: the NaN code; head_dim 96,
+// K's NaN in the first 64 bytes of its row, V's in the last 32, the two
+// parts of the row path's e4m3 scan on AVX-512) reaches
 // exactly the output elements the reference on the dequantized cache says,
 // on the row path (decoding, where e4m3 tiles holding the NaN code are
 // widened exactly) and on the tile loops; every other element matches.
@@ -582,12 +584,14 @@ TEST_P(QuantizedCacheNan, ReachesWhatTheReferenceSays) {
   const auto [isa, kv_dtype, tensor, seq_q] = GetParam();
   SKIP_UNLESS_AVAILABLE(isa);
   if (kFa1) GTEST_SKIP() << "FA1 has no quantized cache";
-  const std::int64_t Sq = seq_q, Skv = kNanSeqKv, H = kNanHeads, Hkv = kNanKvHeads, D = kNanHeadDim;
+  const std::int64_t Sq = seq_q, Skv = kNanSeqKv, H = kNanHeads, Hkv = kNanKvHeads, D = 96;
+  const std::int64_t nan_dim = tensor == 'K' ? 5 : 70;
   fa::AttentionParams p = nan_case_params(Sq);
+  p.head_dim = D;
   p.tile_q = p.tile_kv = 32;
   p.isa = isa;
   std::vector<float> q = normal(Sq * H * D, 31, 1), k = normal(Skv * Hkv * D, 32, 1), v = normal(Skv * Hkv * D, 33, 1);
-  (tensor == 'K' ? k : v)[(70 * Hkv + 0) * D + 5] = std::numeric_limits<float>::quiet_NaN();
+  (tensor == 'K' ? k : v)[(70 * Hkv + 0) * D + nan_dim] = std::numeric_limits<float>::quiet_NaN();
   fa::cli::HostBuffer qb(q.size() * 2), ob(q.size() * 2);
   for (std::size_t i = 0; i < q.size(); ++i) fa::detail::store_from_f32(qb.data(), DType::kBF16, i, q[i]);
   fa::AttentionTensors t;
@@ -612,9 +616,10 @@ TEST_P(QuantizedCacheNan, ReachesWhatTheReferenceSays) {
       ASSERT_TRUE(std::isnan(o)) << "element " << i;
       continue;
     }
-    // (V's NaN may also reach, through a zero probability, a row's column 5
-    // of its K/V head, as in NonFiniteInputs; int8 turns the whole row NaN.)
-    if (tensor == 'V' && head < 2 && (dim == 5 || kv_dtype == DType::kI8) && std::isnan(o)) continue;
+    // (V's NaN may also reach, through a zero probability, a row's column
+    // nan_dim of its K/V head, as in NonFiniteInputs; int8 turns the whole
+    // row NaN.)
+    if (tensor == 'V' && head < 2 && (dim == nan_dim || kv_dtype == DType::kI8) && std::isnan(o)) continue;
     ASSERT_TRUE(std::isfinite(o)) << "element " << i;
     err2 += (o - ref[i]) * (o - ref[i]);
     ref2 += ref[i] * ref[i];
