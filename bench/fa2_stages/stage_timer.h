@@ -48,11 +48,11 @@ void time_pair_stages(const bench::StageConfig& cfg, const Workspace& w, const c
   const std::int64_t q_lo = op.q_lo, k_lo = op.k_lo, v_lo = op.v_lo, p_lo = op.p_lo;
   const auto* k16 = reinterpret_cast<const std::uint16_t*>(k);
   const auto* v16 = reinterpret_cast<const std::uint16_t*>(v);
-  pack_q_pairs<DT>(reinterpret_cast<const std::uint16_t*>(q), D, tq, tq, D, qb, q_lo);
+  pack_q_pairs<DT>(reinterpret_cast<const std::uint16_t*>(q), D, tq, tq, D, D, qb, q_lo);
   PairEngine::begin();
-  auto kpack = [&] { pack_k_tiles<DT>(k16, D, tkv, tkv, D, kp, k_lo); };
+  auto kpack = [&] { pack_k_tiles<DT>(k16, D, tkv, tkv, D, D, kp, k_lo); };
   auto scores = [&] { PairEngine::scores<kP>(kp, k_lo, qb, q_lo, tq, D, tkv, tq, w.st, nullptr, nullptr); };
-  auto vpack = [&] { pack_v_transposed<DT>(v16, D, tkv, tkv, D, vt, tkv / 2, v_lo); };
+  auto vpack = [&] { pack_v_transposed<DT>(v16, D, tkv, tkv, D, D, vt, tkv / 2, v_lo); };
   auto fused = [&] { softmax_to_pairs<kP, kHalfSoftmax<DT>>(w, tkv, tkv, nvec, tq, 0.18f, pb, tkv / 2, p_lo); };
   auto rescale = [&] { rescale_output(w, D, nvec, tq); };
   auto accumulate = [&] {

@@ -236,7 +236,7 @@ double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t bytes, doub
 }
 
 bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim) {
-  if (head_dim % 32 != 0) return false;
+  if (head_dim <= 0) return false;  // any other: padded to the engines' 32-dim step
   // FP8 inputs are widened exactly to bf16 for the pair engines.
   const bool bf16_pairs = dtype == DType::kBF16 || is_fp8(dtype);
   return (isa == Isa::kAmx && (bf16_pairs || dtype == DType::kF16)) || (isa == Isa::kAvx512Bf16 && bf16_pairs);

@@ -248,7 +248,9 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
   // (kernels/bf16_dot_path.h, kOwnUnit), so FA3 plans FA2's tiles and items.
   const bool interleaved_pair = version == Version::kFA3 && !(matrix && isa == Isa::kAvx512Bf16);
   const int states = interleaved_pair ? 2 : 1;
-  auto working_set = [&](int q, int kv) { return detail::version_working_set_bytes(states, q, kv, D, p_bytes); };
+  // The pair path holds its tiles at head_dim padded to the engines' 32-dim step.
+  const int tile_dims = matrix ? (D + 31) & ~31 : D;
+  auto working_set = [&](int q, int kv) { return detail::version_working_set_bytes(states, q, kv, tile_dims, p_bytes); };
   const int want_threads = p.threads > 0 ? p.threads : default_thread_count();
   const std::int64_t group = p.num_heads / p.kv_heads();
 

@@ -72,10 +72,23 @@ void run_q_tile(const AttentionJob& job, const Workspace& w, const TileItem& it)
   run_tile<DT, kPrefetch>(job, w, it);
 }
 
+// The head_dim a Q tile's workspace is carved for: the pair path's padded
+// one (pair_dims) on the paths that have it, so either loop fits.
+inline int tile_workspace_dims(const AttentionJob& job) {
+#if defined(FA_HAVE_BF16_PAIRS)
+  return pair_dims(job.head_dim);
+#else
+  return static_cast<int>(job.head_dim);
+#endif
+}
+inline Workspace carve_tile_workspace(const AttentionJob& job, float* scratch) {
+  return Workspace::carve(scratch, job.tile_q, job.tile_kv, tile_workspace_dims(job));
+}
+
 // The workspace of one Q tile: the vector loop's, or the pair path's (which
 // adds P in bf16 pairs) on the paths that have one.
 inline std::size_t q_tile_workspace_floats(const AttentionJob& job) {
-  const int tq = job.tile_q, tkv = job.tile_kv, D = static_cast<int>(job.head_dim);
+  const int tq = job.tile_q, tkv = job.tile_kv, D = tile_workspace_dims(job);
 #if defined(FA_HAVE_BF16_PAIRS)
   return pair_workspace_floats(tq, tkv, D);
 #else
@@ -105,7 +118,7 @@ struct Fa2Loop {
   template <DType DT, bool kPrefetch>
   static void run_item(const AttentionJob& job, std::int64_t item, float* scratch) {
     const ItemCoords at = item_coords(job, item, 1);
-    const Workspace w = Workspace::carve(scratch, job.tile_q, job.tile_kv, static_cast<int>(job.head_dim));
+    const Workspace w = carve_tile_workspace(job, scratch);
     run_q_tile<DT, kPrefetch>(job, w, tile_item(job, at.q_group, at.split, at.unit));
   }
 };

@@ -194,9 +194,8 @@ struct Fa3Loop {
   static void run_item(const AttentionJob& job, std::int64_t item, float* scratch) {
     const int per_item = tiles_per_item(job);
     const ItemCoords at = item_coords(job, item, per_item);
-    const int tq = job.tile_q, tkv = job.tile_kv, D = static_cast<int>(job.head_dim);
-    const Workspace wa = Workspace::carve(scratch, tq, tkv, D);
-    const Workspace wb = Workspace::carve(scratch + q_tile_workspace_floats(job), tq, tkv, D);
+    const Workspace wa = carve_tile_workspace(job, scratch);
+    const Workspace wb = carve_tile_workspace(job, scratch + q_tile_workspace_floats(job));
     const std::int64_t first = at.q_group * per_item;
     const TileItem ia = tile_item(job, first, at.split, at.unit);
     if (per_item == 1 || first + 1 >= job.q_tiles) {

@@ -46,6 +46,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "two_block_softmax.h"
 
@@ -60,12 +61,20 @@ inline std::uint32_t* pairs_buffer(const Workspace& w, int tq) {
   return reinterpret_cast<std::uint32_t*>(w.alpha + pad16(tq));
 }
 
-// Whole blocks only: 32 dims per A block of the first product, 32 keys per
-// A block of the second, 16 rows per B block.  Other shapes, and quantized
-// K/V caches (int8, FP8 with 16-bit Q), run the AVX-512 loop.
+// Whole blocks of keys and rows: 32 keys per A block of the second product,
+// 16 rows per B block.  Other tiles, and quantized K/V caches (int8, FP8
+// with 16-bit Q), run the AVX-512 loop.  Any head_dim: see pair_dims.
 inline bool pair_tile_path_fits(const AttentionJob& job) {
-  return job.kv_dtype == job.dtype && job.head_dim % 32 == 0 && job.tile_kv % 32 == 0 && job.tile_q % 16 == 0;
+  return job.kv_dtype == job.dtype && job.tile_kv % 32 == 0 && job.tile_q % 16 == 0;
 }
+
+// The pair path's head_dim: the given one rounded up to the engines' step of
+// 32 dims (an A block of the first product; two 16-dim blocks of the
+// second), the padding zero in Q, K and V as they are packed.  The products
+// then cost up to 31 dims more, and stay on the engine (a head_dim off the
+// step ran the FMA loop at half the speed).  Oᵀ has the padded rows, which
+// the epilogue does not write.
+inline int pair_dims(std::int64_t head_dim) { return static_cast<int>((head_dim + 31) & ~std::int64_t{31}); }
 
 // In-register transpose of a 16 x 16 block of 32-bit elements.
 inline void transpose_16x16_epi32(__m512i r[16]) {
@@ -153,7 +162,26 @@ inline void load_pieces16(const Elem<DT>* src, __m512i* hi, __m512i* lo) {
   }
 }
 
+// The first n (< 32, or < 16) elements, then zeros: a row's last block
+// when head_dim is off the pair step (0 is +0 in every dtype).
+template <DType DT>
+inline void load_pieces32_n(const Elem<DT>* src, int n, __m512i* hi, __m512i* lo) {
+  if (n >= 32) return load_pieces32<DT>(src, hi, lo);
+  alignas(64) Elem<DT> buf[32] = {};
+  if (n > 0) std::memcpy(buf, src, sizeof(Elem<DT>) * n);
+  load_pieces32<DT>(buf, hi, lo);
+}
+template <DType DT>
+inline void load_pieces16_n(const Elem<DT>* src, int n, __m512i* hi, __m512i* lo) {
+  if (n >= 16) return load_pieces16<DT>(src, hi, lo);
+  alignas(64) Elem<DT> buf[16] = {};
+  if (n > 0) std::memcpy(buf, src, sizeof(Elem<DT>) * n);
+  load_pieces16<DT>(buf, hi, lo);
+}
+
 // --- packing -------------------------------------------------------------
+// D is the padded head_dim (pair_dims), `dims` the given one: elements from
+// `dims` to D are zero.
 // Every packed operand holds its hi piece at the pointer given and, for fp16,
 // its lo piece `lo` elements further.
 
@@ -161,14 +189,14 @@ inline void load_pieces16(const Elem<DT>* src, __m512i* hi, __m512i* lo) {
 // contiguously: the pair (Q[r][2p], Q[r][2p + 1]) at
 // qb[(r / 16 * (D / 2) + p) * 16 + r % 16]; rows from `rows` on are zero.
 template <DType DT>
-inline void pack_q_pairs(const Elem<DT>* q, std::int64_t q_row_stride, int rows, int width, int D,
+inline void pack_q_pairs(const Elem<DT>* q, std::int64_t q_row_stride, int rows, int width, int dims, int D,
                          std::uint32_t* qb, std::int64_t lo) {
   for (int r0 = 0; r0 < width; r0 += 16) {
     for (int d0 = 0; d0 < D; d0 += 32) {
       __m512i hi_block[16], lo_block[16];
       for (int r = 0; r < 16; ++r) {
         hi_block[r] = lo_block[r] = _mm512_setzero_si512();
-        if (r0 + r < rows) load_pieces32<DT>(q + std::int64_t(r0 + r) * q_row_stride + d0, &hi_block[r], &lo_block[r]);
+        if (r0 + r < rows) load_pieces32_n<DT>(q + std::int64_t(r0 + r) * q_row_stride + d0, dims - d0, &hi_block[r], &lo_block[r]);
       }
       std::uint32_t* out = qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16;
       transpose_16x16_epi32(hi_block);
@@ -187,14 +215,14 @@ inline void pack_q_pairs(const Elem<DT>* q, std::int64_t q_row_stride, int rows,
 // token apart (4 KiB for 16 heads of 128 in BSH), so a tile's 16 rows would
 // fall in one L1 set.
 template <DType DT>
-inline void pack_k_tiles(const Elem<DT>* k, std::int64_t k_row_stride, int cols, int cols_pad, int D,
+inline void pack_k_tiles(const Elem<DT>* k, std::int64_t k_row_stride, int cols, int cols_pad, int dims, int D,
                          std::uint16_t* kp, std::int64_t lo) {
   for (int c = 0; c < cols_pad; ++c) {
     const Elem<DT>* row = k + std::int64_t(c) * k_row_stride;
     std::uint16_t* out = kp + (std::int64_t(c / 16) * (D / 32)) * 512 + (c % 16) * 32;
     for (int d0 = 0; d0 < D; d0 += 32) {
       __m512i hi = _mm512_setzero_si512(), lo_piece = _mm512_setzero_si512();
-      if (c < cols) load_pieces32<DT>(row + d0, &hi, &lo_piece);
+      if (c < cols) load_pieces32_n<DT>(row + d0, dims - d0, &hi, &lo_piece);
       _mm512_storeu_si512(out + (d0 / 32) * 512, hi);
       if constexpr (kPieces<DT> == 2) _mm512_storeu_si512(out + lo + (d0 / 32) * 512, lo_piece);
     }
@@ -207,7 +235,7 @@ inline void pack_k_tiles(const Elem<DT>* k, std::int64_t k_row_stride, int cols,
 // keys from `cols` to cols_pad are zero (their probabilities are zero too,
 // and 0 * garbage could be NaN).
 template <DType DT>
-inline void pack_v_transposed(const Elem<DT>* v, std::int64_t v_row_stride, int cols, int cols_pad, int D,
+inline void pack_v_transposed(const Elem<DT>* v, std::int64_t v_row_stride, int cols, int cols_pad, int dims, int D,
                               std::uint32_t* vt, int ldvt, std::int64_t lo) {
   for (int c0 = 0; c0 < cols_pad; c0 += 32) {
     for (int d0 = 0; d0 < D; d0 += 16) {
@@ -215,8 +243,8 @@ inline void pack_v_transposed(const Elem<DT>* v, std::int64_t v_row_stride, int 
       for (int p = 0; p < 16; ++p) {
         const int c = c0 + 2 * p;
         __m512i even_hi = _mm512_setzero_si512(), even_lo = even_hi, odd_hi = even_hi, odd_lo = even_hi;
-        if (c < cols) load_pieces16<DT>(v + std::int64_t(c) * v_row_stride + d0, &even_hi, &even_lo);
-        if (c + 1 < cols) load_pieces16<DT>(v + std::int64_t(c + 1) * v_row_stride + d0, &odd_hi, &odd_lo);
+        if (c < cols) load_pieces16_n<DT>(v + std::int64_t(c) * v_row_stride + d0, dims - d0, &even_hi, &even_lo);
+        if (c + 1 < cols) load_pieces16_n<DT>(v + std::int64_t(c + 1) * v_row_stride + d0, dims - d0, &odd_hi, &odd_lo);
         hi_block[p] = _mm512_or_si512(even_hi, _mm512_slli_epi32(odd_hi, 16));
         lo_block[p] = _mm512_or_si512(even_lo, _mm512_slli_epi32(odd_lo, 16));
       }
@@ -347,12 +375,14 @@ inline void write_pair_outputs(const AttentionJob& job, const Workspace& w, cons
           const __m512 o =
               _mm512_div_ps(_mm512_castsi512_ps(block[r]), _mm512_set1_ps(row_denominator(w.l[r0 + r]) / out_scale));
           Elem<ODT>* out = obase + std::int64_t(r0 + r) * job.o_strides[2] + d0;
+          // The row's last dims when head_dim is not a multiple of 16.
+          const __mmask16 dims = D - d0 >= 16 ? __mmask16(0xffff) : __mmask16((1u << (D - d0)) - 1);
           if constexpr (ODT == DType::kF32) {
-            _mm512_storeu_ps(out, o);
+            _mm512_mask_storeu_ps(out, dims, o);
           } else if constexpr (ODT == DType::kBF16) {
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(o)));
+            _mm256_mask_storeu_epi16(out, dims, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(o)));
           } else {
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtps_ph(o, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            _mm256_mask_storeu_epi16(out, dims, _mm512_cvtps_ph(o, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
           }
         }
       }
@@ -420,7 +450,7 @@ inline std::size_t pair_kv_pack_bytes(const AttentionJob& job) {
   const std::int64_t tiles = (job.seq_kv + job.tile_kv - 1) / job.tile_kv;
   const std::int64_t slots = job.batch * (job.heads / job.kv_group) * tiles;
   const std::size_t states = (static_cast<std::size_t>(slots) * 4 + 63) & ~std::size_t{63};
-  const std::size_t bytes = states + static_cast<std::size_t>(slots * kv_pack_slot_elems(job.tile_kv, job.head_dim, kP)) * 2;
+  const std::size_t bytes = states + static_cast<std::size_t>(slots * kv_pack_slot_elems(job.tile_kv, pair_dims(job.head_dim), kP)) * 2;
   return slots > 0 && bytes <= kMaxKvPackBytes ? bytes : 0;
 }
 
@@ -433,7 +463,7 @@ inline std::uint16_t* kv_pack_slot(const AttentionJob& job, const TileItem& it, 
   if (!job.kv_pack || j0 % tkv != 0 || cols != (job.seq_kv - j0 < tkv ? job.seq_kv - j0 : tkv)) return nullptr;
   const std::int64_t slot = (it.b * (job.heads / job.kv_group) + it.h / job.kv_group) * job.kv_pack_tiles + j0 / tkv;
   *state = job.kv_pack_state + slot;
-  return job.kv_pack + slot * kv_pack_slot_elems(tkv, job.head_dim, kP);
+  return job.kv_pack + slot * kv_pack_slot_elems(tkv, pair_dims(job.head_dim), kP);
 }
 
 // The operands of one K/V tile: the shared slot when it is ready or this
@@ -448,7 +478,7 @@ template <DType DT>
 inline KvOperands shared_kv_tile(const AttentionJob& job, const TileItem& it, std::int64_t j0, int cols, int cols_pad,
                                  const TileOperands& op) {
   constexpr int kP = kPieces<DT>;
-  const int D = static_cast<int>(job.head_dim), tkv = job.tile_kv;
+  const int dims = static_cast<int>(job.head_dim), D = pair_dims(dims), tkv = job.tile_kv;
   std::uint32_t* state = nullptr;
   std::uint16_t* slot = kv_pack_slot(job, it, j0, cols, kP, &state);
   if (!slot) return {op.kp, op.vt, true};
@@ -458,8 +488,8 @@ inline KvOperands shared_kv_tile(const AttentionJob& job, const TileItem& it, st
     const auto* k16 = reinterpret_cast<const Elem<DT>*>(it.kbase);
     const auto* v16 = reinterpret_cast<const Elem<DT>*>(it.vbase);
     const std::int64_t row = kv_row(job, it.b, j0);
-    pack_k_tiles<DT>(k16 + row * job.k_strides[2], job.k_strides[2], cols, cols_pad, D, slot, op.k_lo);
-    pack_v_transposed<DT>(v16 + row * job.v_strides[2], job.v_strides[2], cols, cols_pad, D, slot_v, tkv / 2, op.v_lo);
+    pack_k_tiles<DT>(k16 + row * job.k_strides[2], job.k_strides[2], cols, cols_pad, dims, D, slot, op.k_lo);
+    pack_v_transposed<DT>(v16 + row * job.v_strides[2], job.v_strides[2], cols, cols_pad, dims, D, slot_v, tkv / 2, op.v_lo);
     __atomic_store_n(state, 2u, __ATOMIC_RELEASE);
     s = 2;
   }
@@ -477,7 +507,7 @@ inline KvLineStream next_tile_lines(const AttentionJob& job, const TileItem& it,
   std::uint32_t* state = nullptr;
   const std::uint16_t* slot = kv_pack_slot(job, it, j0 + job.tile_kv, next.rows, kP, &state);
   if (!slot || __atomic_load_n(state, __ATOMIC_ACQUIRE) != 2) return next;
-  const std::int64_t half = kv_pack_slot_elems(job.tile_kv, job.head_dim, kP) / 2;  // K, then V
+  const std::int64_t half = kv_pack_slot_elems(job.tile_kv, pair_dims(job.head_dim), kP) / 2;  // K, then V
   next.base[0] = reinterpret_cast<const char*>(slot);
   next.base[1] = reinterpret_cast<const char*>(slot + half);
   next.stride[0] = next.stride[1] = 0;
@@ -502,7 +532,7 @@ class PairTileSteps {
   // `stream_next`: whether this tile streams the next K/V tile's lines (of
   // two tiles over one K/V stream, one does).
   PairTileSteps(const AttentionJob& job, const Workspace& w, const TileItem& it, bool stream_next = true)
-      : job_(job), w_(w), it_(it), op_(tile_operands(w, job.tile_q, job.tile_kv, static_cast<int>(job.head_dim))),
+      : job_(job), w_(w), it_(it), op_(tile_operands(w, job.tile_q, job.tile_kv, pair_dims(job.head_dim))),
         stream_next_(stream_next) {}
 
   // Q packed; the softmax state set.  Oᵀ is written whole by the first
@@ -510,7 +540,7 @@ class PairTileSteps {
   // has no key to visit.
   void start() {
     pack_q_pairs<DT>(reinterpret_cast<const Elem<DT>*>(it_.qbase), job_.q_strides[2], it_.rows, it_.nvec * 16,
-                     D(), op_.qb, op_.q_lo);
+                     dims(), D(), op_.qb, op_.q_lo);
     init_tile_state(job_, w_, it_, /*zero_output=*/it_.kv_begin >= it_.kv_end);
   }
   bool attends(std::int64_t j0) const { return j0 >= it_.kv_begin && j0 < it_.kv_end; }
@@ -526,7 +556,7 @@ class PairTileSteps {
     if (kv_.own) {
       const std::int64_t ks = job_.k_strides[2];
       pack_k_tiles<DT>(reinterpret_cast<const Elem<DT>*>(it_.kbase) + kv_row(job_, it_.b, j0) * ks, ks, cols_, cols_pad_,
-                       D(), op_.kp, op_.k_lo);
+                       dims(), D(), op_.kp, op_.k_lo);
     }
   }
   // Sᵀ = K · Qᵀ; then Vᵀ packed when it is the item's own.
@@ -537,7 +567,7 @@ class PairTileSteps {
     if (kv_.own) {
       const std::int64_t vs = job_.v_strides[2];
       pack_v_transposed<DT>(reinterpret_cast<const Elem<DT>*>(it_.vbase) + kv_row(job_, it_.b, j0_) * vs, vs, cols_,
-                            cols_pad_, D(), op_.vt, job_.tile_kv / 2, op_.v_lo);
+                            cols_pad_, dims(), D(), op_.vt, job_.tile_kv / 2, op_.v_lo);
     }
     laps.lap(kStageKv);
   }
@@ -563,7 +593,8 @@ class PairTileSteps {
   void finish() { write_pair_outputs<DT>(job_, w_, it_); }
 
  private:
-  int D() const { return static_cast<int>(job_.head_dim); }
+  int dims() const { return static_cast<int>(job_.head_dim); }  // as given
+  int D() const { return pair_dims(job_.head_dim); }             // padded to the engines' step
 
   const AttentionJob& job_;
   const Workspace& w_;

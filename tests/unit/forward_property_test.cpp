@@ -203,8 +203,8 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, QuantizedKvShapes,
                                   std::to_string(std::get<2>(info.param));
                          });
 
-// The shapes the pair path runs (head_dim a multiple of 32, K/V tiles of 32
-// keys or more; on amx bf16 and fp16 in two bf16 pieces, on avx512bf16
+// The shapes the pair path runs (any head_dim, K/V tiles of 32 keys or
+// more; on amx bf16 and fp16 in two bf16 pieces, on avx512bf16
 // bf16; on both FP8 widened to bf16, FA3 only), every other option random
 // as above; the other paths (and fp16 on avx512bf16) run the same cases
 // through their own code.
@@ -217,7 +217,8 @@ TEST_P(MatrixUnitShapes, MatchesFloat64Reference) {
   CaseSpec c = random_case(dtype, seed);
   std::mt19937 rng(seed ^ 0x9e3779b9u);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  c.params.head_dim = 32 * pick(1, 8);
+  // Any head_dim (a multiple of 8; the pair path pads it to its 32-dim step).
+  c.params.head_dim = 8 * pick(1, 32);
   c.params.tile_kv = 32 << pick(0, 3);
   if (c.paged_block_size > 0) c.paged_block_size = std::max(c.paged_block_size, c.params.tile_kv);  // a tile in one block
   if (fa::is_fp8(dtype)) {  // as Fp8Shapes: every output dtype, descale factors per tensor or per head

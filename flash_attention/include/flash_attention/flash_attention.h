@@ -376,7 +376,7 @@ FA_API double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t byte
 // the bf16 unit measure_matrix_peak_gflops measures: the amx path for bf16,
 // and for fp16 split exactly into two bf16 pieces (three products each); the
 // avx512bf16 path for bf16; on both, FP8 inputs (FA3) widened exactly to
-// bf16; with head_dim a multiple of 32 (and K/V tiles of
+// bf16; any head_dim (padded to the engines' 32-dim step; K/V tiles of
 // at least 32 keys).  Query tiles of at most 4 rows run on the vector unit
 // whatever the path.
 FA_API bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim);
