@@ -162,21 +162,19 @@ inline void load_pieces16(const Elem<DT>* src, __m512i* hi, __m512i* lo) {
   }
 }
 
-// The first n (< 32, or < 16) elements, then zeros: a row's last block
+// N (32 or 16) elements as load_pieces32 / load_pieces16 take them, of
+// which only the first n are read and the rest are zero: a row's last block
 // when head_dim is off the pair step (0 is +0 in every dtype).
-template <DType DT>
-inline void load_pieces32_n(const Elem<DT>* src, int n, __m512i* hi, __m512i* lo) {
-  if (n >= 32) return load_pieces32<DT>(src, hi, lo);
-  alignas(64) Elem<DT> buf[32] = {};
+template <DType DT, int N>
+inline void load_pieces_n(const Elem<DT>* src, int n, __m512i* hi, __m512i* lo) {
+  static_assert(N == 32 || N == 16);
+  auto load = [&](const Elem<DT>* from) {
+    if constexpr (N == 32) load_pieces32<DT>(from, hi, lo); else load_pieces16<DT>(from, hi, lo);
+  };
+  if (n >= N) return load(src);  // (no buffer to clear on the common path)
+  alignas(64) Elem<DT> buf[N] = {};
   if (n > 0) std::memcpy(buf, src, sizeof(Elem<DT>) * n);
-  load_pieces32<DT>(buf, hi, lo);
-}
-template <DType DT>
-inline void load_pieces16_n(const Elem<DT>* src, int n, __m512i* hi, __m512i* lo) {
-  if (n >= 16) return load_pieces16<DT>(src, hi, lo);
-  alignas(64) Elem<DT> buf[16] = {};
-  if (n > 0) std::memcpy(buf, src, sizeof(Elem<DT>) * n);
-  load_pieces16<DT>(buf, hi, lo);
+  load(buf);
 }
 
 // --- packing -------------------------------------------------------------
@@ -196,7 +194,7 @@ inline void pack_q_pairs(const Elem<DT>* q, std::int64_t q_row_stride, int rows,
       __m512i hi_block[16], lo_block[16];
       for (int r = 0; r < 16; ++r) {
         hi_block[r] = lo_block[r] = _mm512_setzero_si512();
-        if (r0 + r < rows) load_pieces32_n<DT>(q + std::int64_t(r0 + r) * q_row_stride + d0, dims - d0, &hi_block[r], &lo_block[r]);
+        if (r0 + r < rows) load_pieces_n<DT, 32>(q + std::int64_t(r0 + r) * q_row_stride + d0, dims - d0, &hi_block[r], &lo_block[r]);
       }
       std::uint32_t* out = qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16;
       transpose_16x16_epi32(hi_block);
@@ -222,7 +220,7 @@ inline void pack_k_tiles(const Elem<DT>* k, std::int64_t k_row_stride, int cols,
     std::uint16_t* out = kp + (std::int64_t(c / 16) * (D / 32)) * 512 + (c % 16) * 32;
     for (int d0 = 0; d0 < D; d0 += 32) {
       __m512i hi = _mm512_setzero_si512(), lo_piece = _mm512_setzero_si512();
-      if (c < cols) load_pieces32_n<DT>(row + d0, dims - d0, &hi, &lo_piece);
+      if (c < cols) load_pieces_n<DT, 32>(row + d0, dims - d0, &hi, &lo_piece);
       _mm512_storeu_si512(out + (d0 / 32) * 512, hi);
       if constexpr (kPieces<DT> == 2) _mm512_storeu_si512(out + lo + (d0 / 32) * 512, lo_piece);
     }
@@ -243,8 +241,8 @@ inline void pack_v_transposed(const Elem<DT>* v, std::int64_t v_row_stride, int 
       for (int p = 0; p < 16; ++p) {
         const int c = c0 + 2 * p;
         __m512i even_hi = _mm512_setzero_si512(), even_lo = even_hi, odd_hi = even_hi, odd_lo = even_hi;
-        if (c < cols) load_pieces16_n<DT>(v + std::int64_t(c) * v_row_stride + d0, dims - d0, &even_hi, &even_lo);
-        if (c + 1 < cols) load_pieces16_n<DT>(v + std::int64_t(c + 1) * v_row_stride + d0, dims - d0, &odd_hi, &odd_lo);
+        if (c < cols) load_pieces_n<DT, 16>(v + std::int64_t(c) * v_row_stride + d0, dims - d0, &even_hi, &even_lo);
+        if (c + 1 < cols) load_pieces_n<DT, 16>(v + std::int64_t(c + 1) * v_row_stride + d0, dims - d0, &odd_hi, &odd_lo);
         hi_block[p] = _mm512_or_si512(even_hi, _mm512_slli_epi32(odd_hi, 16));
         lo_block[p] = _mm512_or_si512(even_lo, _mm512_slli_epi32(odd_lo, 16));
       }
