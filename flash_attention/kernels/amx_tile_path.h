@@ -237,6 +237,7 @@ struct AmxProducts {
   static constexpr const char* kUnit = "AMX";  // for fa2_stages
   template <DType DT>
   static constexpr bool kHandles = DT == DType::kBF16 || DT == DType::kF16 || is_fp8(DT);
+  static constexpr int kOutDimStep = 32;  // Oᵀ rows per pair of 16-row A tiles (block_2x2)
   // The tile unit works beside the AVX-512 softmax: FA3's pair schedule
   // has something to overlap.
   static constexpr bool kOwnUnit = true;

@@ -108,6 +108,7 @@ struct DotProducts {
   static constexpr const char* kUnit = "VDPBF16PS";  // for fa2_stages
   template <DType DT>
   static constexpr bool kHandles = DT == DType::kBF16 || is_fp8(DT);
+  static constexpr int kOutDimStep = 16;  // Oᵀ rows per 16-row A block, taken 8 at a time
   // VDPBF16PS runs on the vector pipes the softmax uses: FA3's pair
   // schedule has nothing to overlap and keeps two Q tiles' operands hot
   // instead of one (measured 0.93x running each tile FA2's way, Zen 4,

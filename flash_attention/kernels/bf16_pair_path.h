@@ -21,6 +21,8 @@
 //
 // An engine is a struct of static members (AmxProducts, DotProducts):
 //   kHandles<DT>        whether it runs this dtype (fp16 in two pieces: amx)
+//   kOutDimStep         the dims of Oᵀ the second product computes at a time
+//                       (head_dim is padded to it there; to 32 in the first)
 //   kOwnUnit            whether the products run on a unit beside the vector
 //                       unit (AMX tiles), which FA3's pair schedule overlaps
 //                       with the softmax
@@ -581,9 +583,9 @@ class PairTileSteps {
     }
     laps.lap(kStageSoftmax);
     const bool fresh = j0_ == it_.kv_begin;
-    if (!fresh) rescale_output(w_, D(), nvec, tq);
+    if (!fresh) rescale_output(w_, out_dims(), nvec, tq);
     laps.lap(kStageRescale);
-    Engine::template accumulate<kP>(kv_.vt, tkv / 2, op_.v_lo, op_.pb, tkv / 2, op_.p_lo, tq, D(), cols_pad_, nvec * 16,
+    Engine::template accumulate<kP>(kv_.vt, tkv / 2, op_.v_lo, op_.pb, tkv / 2, op_.p_lo, tq, out_dims(), cols_pad_, nvec * 16,
                                     w_.ot, fresh, spans_, &next_);
     next_.issue(next_.total_lines());  // what rounding left
     laps.lap(kStagePv);
@@ -593,6 +595,12 @@ class PairTileSteps {
  private:
   int dims() const { return static_cast<int>(job_.head_dim); }  // as given
   int D() const { return pair_dims(job_.head_dim); }             // padded to the engines' step
+  // Oᵀ's rows the second product computes: head_dim padded to the engine's
+  // output step (16 dims on VDPBF16PS, which takes A rows 8 at a time; the
+  // tile unit's 32), V being packed to D (its extra rows are zero).
+  int out_dims() const {
+    return static_cast<int>((job_.head_dim + Engine::kOutDimStep - 1) / Engine::kOutDimStep * Engine::kOutDimStep);
+  }
 
   const AttentionJob& job_;
   const Workspace& w_;
