@@ -117,12 +117,6 @@ inline void transpose_16x16_epi32(__m512i r[16]) {
 template <DType DT>
 inline constexpr int kPieces = DT == DType::kF16 ? 2 : 1;
 
-// 16 FP8 values as fp32, exactly (fp8x8_to_f32: NaN kept).
-template <DType DT>
-inline __m512 fp8x16_to_f32(const std::uint8_t* src) {
-  return _mm512_insertf32x8(_mm512_castps256_ps512(fp8x8_to_f32<DT>(src)), fp8x8_to_f32<DT>(src + 8), 1);
-}
-
 // Two fp32 vectors (elements 0-15 and 16-31) as bf16 hi and lo pieces, 32
 // 16-bit values each in element order.
 inline void split_f32(__m512 a, __m512 b, __m512i* hi, __m512i* lo) {

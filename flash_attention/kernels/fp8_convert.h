@@ -31,6 +31,14 @@ inline __m256 fp8x8_to_f32(const std::uint8_t* src) {
   }
 }
 
+#if defined(__AVX512F__)
+// 16 FP8 values as fp32, exactly (NaN kept): the pair path's packing.
+template <DType DT>
+inline __m512 fp8x16_to_f32(const std::uint8_t* src) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(fp8x8_to_f32<DT>(src)), fp8x8_to_f32<DT>(src + 8), 1);
+}
+#endif
+
 // n (a multiple of 8) FP8 values to fp32.
 template <DType DT>
 inline void convert_fp8(const std::uint8_t* src, float* dst, int n) {
