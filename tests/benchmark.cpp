@@ -163,7 +163,7 @@ int run_sweep(const BenchmarkOptions& o, const fa::AttentionParams& p, fa::Isa i
     sp.tile_kv = tkv;
     fa::TilePlan plan;
     Row row{tq, tkv, 0.0, 0.0, "OK"};
-    if (!fa::plan(fa::cli::kVersion, sp, o.dtype, &plan).ok()) {
+    if (!fa::plan(fa::cli::kVersion, sp, o.dtype, o.kv_dtype.value_or(o.dtype), &plan).ok()) {
       row.status = "EXCEEDS_LIMIT";
     } else {
       row.latency_ms = median_of(time_runs(sp));
@@ -246,7 +246,9 @@ int run(int argc, char** argv) {
   // The tile plan, checked against the CPU's resources before anything is
   // allocated (a plan that does not fit is the guide's first trap).
   fa::TilePlan plan;
-  if (fa::Status s = fa::plan(fa::cli::kVersion, p, o.dtype, &plan); !s.ok()) throw UsageError(s.message());
+  if (fa::Status s = fa::plan(fa::cli::kVersion, p, o.dtype, o.kv_dtype.value_or(o.dtype), &plan); !s.ok()) {
+    throw UsageError(s.message());
+  }
   const int threads = p.threads > 0 ? p.threads : fa::default_thread_count();
   const std::size_t workspace = fa::cli::version_workspace_bytes(p, o.dtype, threads);
   const std::size_t set_bytes = q_bytes + o_bytes + 2 * kv_bytes;  // Q, K, V, O

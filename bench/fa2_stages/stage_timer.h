@@ -48,7 +48,7 @@ void time_pair_stages(const bench::StageConfig& cfg, const Workspace& w, const c
   const std::int64_t q_lo = op.q_lo, k_lo = op.k_lo, v_lo = op.v_lo, p_lo = op.p_lo;
   const auto* k16 = reinterpret_cast<const std::uint16_t*>(k);
   const auto* v16 = reinterpret_cast<const std::uint16_t*>(v);
-  pack_q_pairs<DT>(reinterpret_cast<const std::uint16_t*>(q), D, tq, tq, D, D, qb, q_lo);
+  pack_q_pairs<DT>(reinterpret_cast<const std::uint16_t*>(q), D, 0, tq, tq, tq, D, D, qb, q_lo);
   PairEngine::begin();
   auto kpack = [&] { pack_k_tiles<DT>(k16, D, tkv, tkv, D, D, kp, k_lo); };
   auto scores = [&] { PairEngine::scores<kP>(kp, k_lo, qb, q_lo, tq, D, tkv, tq, w.st, nullptr, nullptr); };
@@ -187,6 +187,7 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   job.q_tiles = 1;
   job.num_splits = 1;
   job.pack_group = 1;
+  job.q_step = tq;
   job.lse_strides[0] = job.lse_strides[1] = tq;
   job.split_keys = seq_kv;
   const double item = ns_per_call([&] { run_q_tile<DT, false>(job, w, tile_item(job, 0, 0, 0)); }, cfg.seconds);

@@ -42,7 +42,7 @@ Plan make_plan(const AttentionParams& p, const TilePlan& tiles) {
   plan.tile_q = tiles.tile_q;
   plan.tile_kv = tiles.tile_kv;
   plan.threads = tiles.threads;
-  plan.q_tiles = (p.seq_q + plan.tile_q - 1) / plan.tile_q;
+  plan.q_tiles = (p.seq_q + tiles.q_step - 1) / tiles.q_step;
   return plan;
 }
 
@@ -190,6 +190,8 @@ AttentionJob planned_job(const AttentionParams& p, DType dtype, const Plan& plan
   job.num_splits = tiles.num_splits;
   job.split_keys = tiles.split_keys;
   job.pack_group = tiles.pack_gqa;
+  job.pack_tile = tiles.pack_tile;
+  job.q_step = tiles.q_step;
   job.kv_pack_tiles = (p.seq_kv + plan.tile_kv - 1) / plan.tile_kv;
   job.async_prefetch = p.async_prefetch.value_or(kAsyncPrefetch);
   return job;
@@ -245,7 +247,7 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
   const KernelTable* table = nullptr;
   if (Status s = version_table(version, isa, &table); !s.ok()) return s;
   TilePlan tiles;
-  if (Status s = fa::plan(version, p, t.q.dtype, &tiles); !s.ok()) return s;
+  if (Status s = fa::plan(version, p, t.q.dtype, t.k.dtype, &tiles); !s.ok()) return s;
   const Plan plan = make_plan(p, tiles);
   AttentionJob job = planned_job(p, t.q.dtype, plan, tiles);
 
@@ -320,10 +322,10 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
 
   if (verbose()) {
     std::fprintf(stderr,
-                 "%s_forward: path=%s tile=%dx%d (%s, L2 working set %zu of %zu bytes) splits=%d gqa_pack=%d threads=%d items=%lld dtype=%s kv_dtype=%s B=%lld Sq=%lld Skv=%lld H=%lld "
+                 "%s_forward: path=%s tile=%dx%d (%s, L2 working set %zu of %zu bytes) splits=%d gqa_pack=%d%s threads=%d items=%lld dtype=%s kv_dtype=%s B=%lld Sq=%lld Skv=%lld H=%lld "
                  "Hkv=%lld D=%lld window=%d mask=%d sinks=%d workspace=%zu bytes kv_pack=%zu bytes\n",
                  std::string(version_name(version)).c_str(), table->name, plan.tile_q, plan.tile_kv, tiles.source.c_str(), tiles.working_set_bytes,
-                 tiles.limit_bytes, tiles.num_splits, tiles.pack_gqa, plan.threads,
+                 tiles.limit_bytes, tiles.num_splits, tiles.pack_gqa, tiles.pack_tile ? " (one tile)" : "", plan.threads,
                  static_cast<long long>(tiles.work_items), std::string(dtype_name(job.dtype)).c_str(),
                  std::string(dtype_name(job.kv_dtype)).c_str(),
                  static_cast<long long>(p.batch), static_cast<long long>(p.seq_q), static_cast<long long>(p.seq_kv),
@@ -383,7 +385,7 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
     sj.seq_kv = sp.seq_kv;
     sj.window = key_window(sp);
     sj.dropout = dropout_of(sp);
-    sj.q_tiles = (sp.seq_q + plan.tile_q - 1) / plan.tile_q;
+    sj.q_tiles = (sp.seq_q + tiles.q_step - 1) / tiles.q_step;
     sj.num_splits = sequence_splits(sp.seq_kv, tiles);
     sj.split_keys = sj.num_splits > 1 ? tiles.split_keys : (sp.seq_kv > 0 ? sp.seq_kv : 1);
     sj.partial_o = sj.partial_lse = nullptr;

@@ -29,6 +29,10 @@ Status validate_params(const AttentionParams& p);
 
 namespace {
 
+// The longest queries (rows a head) whose GQA groups share one tile
+// (TilePlan::pack_tile): beyond, a head's own tiles fill their lanes.
+constexpr std::int64_t kPackTileMaxRows = 32;
+
 std::size_t parse_cache_size(const std::string& text) {
   std::size_t value = 0;
   std::size_t i = 0;
@@ -229,6 +233,10 @@ Status tuning_cache_store(Version version, const AttentionParams& p, DType dtype
 Status fa2_plan(const AttentionParams& p, DType dtype, TilePlan* plan) { return fa::plan(Version::kFA2, p, dtype, plan); }
 
 Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* plan) {
+  return fa::plan(version, p, dtype, dtype, plan);
+}
+
+Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dtype, TilePlan* plan) {
   // The planner computes with these: refuse what validate() would refuse.
   if (Status s = detail::validate_params(p); !s.ok()) return s;
   if (Status s = version_supports(version, p, dtype); !s.ok()) return s;
@@ -254,6 +262,34 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
   const int want_threads = p.threads > 0 ? p.threads : default_thread_count();
   const std::int64_t group = p.num_heads / p.kv_heads();
 
+  // A call with per-sequence lengths (cu_seqlens, seqlens_kv) runs one job
+  // per sequence: its longest query and key counts decide the packing and
+  // the chunk bounds.
+  const bool per_sequence = detail::per_sequence_call(p);
+  std::vector<AttentionParams> sequences;
+  std::int64_t longest_q = p.seq_q, longest_kv = p.seq_kv;
+  if (per_sequence) {
+    sequences.reserve(static_cast<std::size_t>(p.batch));
+    longest_q = longest_kv = 0;
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      sequences.push_back(detail::sequence_params(p, b));
+      longest_q = std::max(longest_q, sequences.back().seq_q);
+      longest_kv = std::max(longest_kv, sequences.back().seq_kv);
+    }
+  }
+  // Short queries of GQA groups (5 to 32 rows a head: speculative decoding,
+  // chunk tails) on the tile path: one tile holds a K/V head's whole group,
+  // head after head, so its lanes fill (8 rows of one head would leave half
+  // of a 16-row vector empty) and each K/V tile is read once per group.  A
+  // tile_q given (caller, build, tuning cache) is the packed tile's rows and
+  // must hold a row of every head.  Shorter queries take the row path, but
+  // on the bf16 pair engines with a group of 8 rows or more (decoding at
+  // GQA 64/8, two rows at 32/8: 1.3-2.3x the row path on Zen 4,
+  // docs/PERF.md), where the cache is not quantized (the pair path does not
+  // read one).
+  const bool pair_rows = matrix && kv_dtype == dtype && group * longest_q >= 8;
+  bool pack_tile = version != Version::kFA1 && group > 1 && longest_q <= kPackTileMaxRows &&
+                   (longest_q > detail::kRowPathMaxRows || pair_rows);
   int tq = p.tile_q != 0 ? p.tile_q : detail::kDefaultTileQ;
   int tkv = p.tile_kv != 0 ? p.tile_kv : detail::kDefaultTileKv;
   bool kv_from_table = false;  // tkv resolved from the target's table (not the caller, build or tuning cache)
@@ -276,12 +312,18 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
     // FA3's interleaved item is a pair of Q tiles: each half the table's, so
     // the pair covers the rows FA2's tile would.
     if (interleaved_pair && table_q > 16) table_q /= 2;
-    // A Q tile longer than the queries only wastes lanes: cap it (decoding).
-    while (table_q > 16 && table_q / 2 >= p.seq_q) table_q /= 2;
+    // A Q tile longer than the queries only wastes lanes: cap it (decoding;
+    // a packed tile holds every head of the group).
+    const std::int64_t tile_rows_wanted = pack_tile ? group * longest_q : p.seq_q;
+    while (table_q > 16 && table_q / 2 >= tile_rows_wanted) table_q /= 2;
     // Parallelism: halve the Q tile (down to 64) while the items would not
     // give every thread two.
     const std::int64_t per_item = interleaved_pair ? 2 : 1;
-    auto items = [&](int q) { return p.batch * p.num_heads * (((p.seq_q + q - 1) / q + per_item - 1) / per_item); };
+    auto items = [&](int q) {
+      const std::int64_t step = pack_tile ? std::max<std::int64_t>(q / group, 1) : q;
+      const std::int64_t units = pack_tile ? p.kv_heads() : p.num_heads;
+      return p.batch * units * (((p.seq_q + step - 1) / step + per_item - 1) / per_item);
+    };
     while (table_q > 64 && items(table_q) < 2 * want_threads) table_q /= 2;
     const bool cached = tuning_cache_lookup(version, p, dtype, isa, &cq, &ckv);
     if (tq == kTileAuto) tq = cached ? cq : table_q;
@@ -305,13 +347,17 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
     }
     tkv = static_cast<int>(p.block_size);
   }
+  if (tq < group) pack_tile = false;  // a tile too short for a row of every head
   plan->tile_q = tq;
   plan->tile_kv = tkv;
+  plan->pack_tile = pack_tile;
+  plan->q_step = pack_tile ? tq / static_cast<int>(group) : tq;
+  const int step = plan->q_step;
   plan->working_set_bytes = working_set(tq, tkv);
   plan->limit_bytes = limit;
   plan->target = isa_name(isa);
   plan->source = source;
-  const std::int64_t q_tiles = (p.seq_q + tq - 1) / tq;
+  const std::int64_t q_tiles = (p.seq_q + step - 1) / step;
   // Packing for short queries (the row path): one item holds whole GQA
   // groups of query heads, so each K/V tile is read once per group, and as
   // many K/V heads as it can, whose slices of a token row it reads together
@@ -319,27 +365,12 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
   // of a batch when split-KV may supply the parallelism; else the most heads
   // that still leave an item per thread; at most 1024 rows (the scratch
   // holds them all).
-  // A call with per-sequence lengths (cu_seqlens, seqlens_kv) runs one job
-  // per sequence: its longest query and key counts decide the packing and
-  // the chunk bounds.
-  const bool per_sequence = detail::per_sequence_call(p);
-  std::vector<AttentionParams> sequences;
-  std::int64_t longest_q = p.seq_q, longest_kv = p.seq_kv;
-  if (per_sequence) {
-    sequences.reserve(static_cast<std::size_t>(p.batch));
-    longest_q = longest_kv = 0;
-    for (std::int64_t b = 0; b < p.batch; ++b) {
-      sequences.push_back(detail::sequence_params(p, b));
-      longest_q = std::max(longest_q, sequences.back().seq_q);
-      longest_kv = std::max(longest_kv, sequences.back().seq_kv);
-    }
-  }
-  plan->pack_gqa = 1;
-  // Short queries (decoding) are memory-bound: the build default splits them
-  // whenever the items would leave threads idle, FA_SPLIT_ENABLE or not
-  // (it sets the default of longer queries).
-  const bool short_queries = version != Version::kFA1 && longest_q <= detail::kRowPathMaxRows;
-  const int build_splits = detail::kSplitByDefault || short_queries ? kSplitsAuto : 1;
+  plan->pack_gqa = pack_tile ? static_cast<int>(group) : 1;
+  // Short queries (decoding, and the packed tiles) are memory-bound: the
+  // build default splits them whenever the items would leave threads idle,
+  // FA_SPLIT_ENABLE or not (it sets the default of longer queries).
+  const bool short_queries = !pack_tile && version != Version::kFA1 && longest_q <= detail::kRowPathMaxRows;
+  const int build_splits = detail::kSplitByDefault || short_queries || pack_tile ? kSplitsAuto : 1;
   if (short_queries) {
     const bool splits_may_run =
         p.num_splits == kSplitsAuto || p.num_splits > 1 || (p.num_splits == 0 && build_splits != 1);
@@ -371,7 +402,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
                                 : interleaved_pair       ? 2
                                                          : 1;
   auto groups = [per_item](std::int64_t tiles) { return (tiles + per_item - 1) / per_item; };
-  auto q_tiles_of = [tq](std::int64_t rows) { return (rows + tq - 1) / tq; };
+  auto q_tiles_of = [step](std::int64_t rows) { return (rows + step - 1) / step; };
   auto chunks = [](std::int64_t keys, std::int64_t chunk) { return keys > chunk ? (keys + chunk - 1) / chunk : 1; };
   std::int64_t unsplit_items = groups(q_tiles) * p.batch * units;
   if (per_sequence) {
@@ -385,13 +416,13 @@ Status plan(Version version, const AttentionParams& p, DType dtype, TilePlan* pl
   auto occupancy_of = [&](std::int64_t chunk, int run_threads) {
     if (run_threads <= 1) return 1.0;
     if (!per_sequence) {
-      return simulate_occupancy(p, tq, tkv, q_tiles, per_item, static_cast<int>(chunks(p.seq_kv, chunk)), chunk,
+      return simulate_occupancy(p, step, tkv, q_tiles, per_item, static_cast<int>(chunks(p.seq_kv, chunk)), chunk,
                                 plan->pack_gqa, run_threads);
     }
     std::vector<double> busy(static_cast<std::size_t>(run_threads), 0.0);
     double work = 0.0;
     for (const AttentionParams& sp : sequences) {
-      add_items(sp, tq, tkv, q_tiles_of(sp.seq_q), per_item, static_cast<int>(chunks(sp.seq_kv, chunk)), chunk,
+      add_items(sp, step, tkv, q_tiles_of(sp.seq_q), per_item, static_cast<int>(chunks(sp.seq_kv, chunk)), chunk,
                 plan->pack_gqa, busy, work);
     }
     const double longest = *std::max_element(busy.begin(), busy.end());

@@ -53,11 +53,12 @@ void run_tile(const AttentionJob& job, const Workspace& w, const TileItem& it) {
 }
 
 // One Q tile of an FA2 or FA3 item on the path its shape takes: the row path
-// for short tiles and packed GQA groups, the pair path where its engine
-// runs the dtype and the shape fits, else the vector tile loop `run_tile`.
+// for short tiles and GQA groups packed for it, the pair path where its
+// engine runs the dtype and the shape fits, else the vector tile loop
+// `run_tile` (a tile packed with a GQA group's heads takes either of these).
 template <DType DT, bool kPrefetch>
 void run_q_tile(const AttentionJob& job, const Workspace& w, const TileItem& it) {
-  if (it.rows <= kRowPathMaxRows || job.pack_group > 1) {
+  if (!job.pack_tile && (it.rows <= kRowPathMaxRows || job.pack_group > 1)) {
     run_rows<DT, kPrefetch>(job, w, it);
     return;
   }

@@ -182,15 +182,21 @@ inline void load_pieces_n(const Elem<DT>* src, int n, __m512i* hi, __m512i* lo) 
 // Qᵀ in pair layout, one B tile per 16 rows and 32 dims laid out
 // contiguously: the pair (Q[r][2p], Q[r][2p + 1]) at
 // qb[(r / 16 * (D / 2) + p) * 16 + r % 16]; rows from `rows` on are zero.
+// Row r is row r % head_rows of head r / head_rows (a packed tile's heads
+// in turn; head_rows = rows for one head).
 template <DType DT>
-inline void pack_q_pairs(const Elem<DT>* q, std::int64_t q_row_stride, int rows, int width, int dims, int D,
-                         std::uint32_t* qb, std::int64_t lo) {
+inline void pack_q_pairs(const Elem<DT>* q, std::int64_t q_row_stride, std::int64_t q_head_stride, int head_rows,
+                         int rows, int width, int dims, int D, std::uint32_t* qb, std::int64_t lo) {
   for (int r0 = 0; r0 < width; r0 += 16) {
+    const Elem<DT>* row[16];
+    for (int r = 0; r < 16 && r0 + r < rows; ++r) {
+      row[r] = q + (r0 + r) / head_rows * q_head_stride + std::int64_t((r0 + r) % head_rows) * q_row_stride;
+    }
     for (int d0 = 0; d0 < D; d0 += 32) {
       __m512i hi_block[16], lo_block[16];
       for (int r = 0; r < 16; ++r) {
         hi_block[r] = lo_block[r] = _mm512_setzero_si512();
-        if (r0 + r < rows) load_pieces_n<DT, 32>(q + std::int64_t(r0 + r) * q_row_stride + d0, dims - d0, &hi_block[r], &lo_block[r]);
+        if (r0 + r < rows) load_pieces_n<DT, 32>(row[r] + d0, dims - d0, &hi_block[r], &lo_block[r]);
       }
       std::uint32_t* out = qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16;
       transpose_16x16_epi32(hi_block);
@@ -357,8 +363,7 @@ inline void write_pair_outputs(const AttentionJob& job, const Workspace& w, cons
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q;
   const float out_scale = output_scale(job, it.h);
   with_output_dtype<DT>(job, [&]<DType ODT>() {
-    auto* obase = static_cast<Elem<ODT>*>(job.o) + it.b * job.o_strides[0] + it.h * job.o_strides[1] +
-                  it.i0 * job.o_strides[2];
+    auto* obase = static_cast<Elem<ODT>*>(job.o);
     for (int r0 = 0; r0 < it.rows; r0 += 16) {
       const int n = it.rows - r0 < 16 ? it.rows - r0 : 16;
       for (int d0 = 0; d0 < D; d0 += 16) {
@@ -368,7 +373,7 @@ inline void write_pair_outputs(const AttentionJob& job, const Workspace& w, cons
         for (int r = 0; r < n; ++r) {
           const __m512 o =
               _mm512_div_ps(_mm512_castsi512_ps(block[r]), _mm512_set1_ps(row_denominator(w.l[r0 + r]) / out_scale));
-          Elem<ODT>* out = obase + std::int64_t(r0 + r) * job.o_strides[2] + d0;
+          Elem<ODT>* out = obase + o_row_offset(job, it, r0 + r) + d0;
           // The row's last dims when head_dim is not a multiple of 16.
           const __mmask16 dims = D - d0 >= 16 ? __mmask16(0xffff) : __mmask16((1u << (D - d0)) - 1);
           if constexpr (ODT == DType::kF32) {
@@ -533,8 +538,8 @@ class PairTileSteps {
   // tile's product (`fresh`), so it is cleared here only for an item that
   // has no key to visit.
   void start() {
-    pack_q_pairs<DT>(reinterpret_cast<const Elem<DT>*>(it_.qbase), job_.q_strides[2], it_.rows, it_.nvec * 16,
-                     dims(), D(), op_.qb, op_.q_lo);
+    pack_q_pairs<DT>(reinterpret_cast<const Elem<DT>*>(it_.qbase), job_.q_strides[2], job_.q_strides[1], it_.head_rows,
+                     it_.rows, it_.nvec * 16, dims(), D(), op_.qb, op_.q_lo);
     init_tile_state(job_, w_, it_, /*zero_output=*/it_.kv_begin >= it_.kv_end);
   }
   bool attends(std::int64_t j0) const { return j0 >= it_.kv_begin && j0 < it_.kv_end; }

@@ -11,8 +11,16 @@ namespace fa::FA_KERNEL_NS {
 // The log-sum-exp of a tile's rows (natural log), when asked for.
 inline void write_tile_lse(const AttentionJob& job, const Workspace& w, const TileItem& it) {
   if (!job.lse) return;
-  float* lse = job.lse + it.b * job.lse_strides[0] + it.h * job.lse_strides[1] + it.i0;
-  for (int r = 0; r < it.rows; ++r) lse[r] = row_lse(w.m[r], w.l[r]);
+  for (int r = 0; r < it.rows; ++r) {
+    const TileRow at = tile_row(it, r);
+    job.lse[it.b * job.lse_strides[0] + at.head * job.lse_strides[1] + at.query] = row_lse(w.m[r], w.l[r]);
+  }
+}
+
+// Element offset of a tile's row r in O, from its batch's first row.
+inline std::int64_t o_row_offset(const AttentionJob& job, const TileItem& it, int r) {
+  const TileRow at = tile_row(it, r);
+  return it.b * job.o_strides[0] + at.head * job.o_strides[1] + at.query * job.o_strides[2];
 }
 
 // O rows [0, rows) of a tile in the output dtype ODT: Oᵀ divided by the
@@ -20,14 +28,13 @@ inline void write_tile_lse(const AttentionJob& job, const Workspace& w, const Ti
 template <DType ODT>
 inline void store_o_rows(const AttentionJob& job, const Workspace& w, const TileItem& it) {
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, rows = it.rows;
-  char* obase = static_cast<char*>(job.o) +
-                (it.b * job.o_strides[0] + it.h * job.o_strides[1] + it.i0 * job.o_strides[2]) * dtype_size(ODT);
+  char* obase = static_cast<char*>(job.o);
   for (int r0 = 0; r0 < rows; r0 += 16) {
     const int r1 = r0 + 16 < rows ? r0 + 16 : rows;
     for (int d0 = 0; d0 < D; d0 += 16) {
       const int d1 = d0 + 16 < D ? d0 + 16 : D;
       for (int r = r0; r < r1; ++r) {
-        const std::int64_t row = r * job.o_strides[2];
+        const std::int64_t row = o_row_offset(job, it, r);
         for (int d = d0; d < d1; ++d) store_scalar<ODT>(obase, row + d, w.ot[std::int64_t(d) * tq + r] / w.alpha[r]);
       }
     }
@@ -41,25 +48,30 @@ inline void store_o_rows(const AttentionJob& job, const Workspace& w, const Tile
 template <DType DT>
 inline void write_tile_outputs(const AttentionJob& job, const Workspace& w, const TileItem& it, bool normalized = false) {
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, rows = it.rows;
-  const std::int64_t b = it.b, h = it.h, split = it.split, i0 = it.i0;
-  const std::int64_t BH = job.batch * job.heads, bh = b * job.heads + h;
+  const std::int64_t b = it.b, h = it.h, split = it.split;
+  const std::int64_t BH = job.batch * job.heads;
   // What each row is divided by (alpha is free now): its sum over V's
-  // descale factor (1 but for FP8, which leaves the sum exact).
+  // descale factor (1 but for FP8, which leaves the sum exact; the heads of
+  // a packed tile share their K/V head's).
   const float out_scale = output_scale(job, h);
   for (int r = 0; r < rows; ++r) w.alpha[r] = (normalized ? 1.0f : row_denominator(w.l[r])) / out_scale;
   if (job.num_splits > 1) {  // a chunk's normalized fp32 partial, combined later
-    float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i0) * D;
+    // Row r's partial: [split][b * heads + head][query].
+    auto partial_row = [&](int r) {
+      const TileRow at = tile_row(it, r);
+      return (split * BH + b * job.heads + at.head) * job.seq_q + at.query;
+    };
     for (int r0 = 0; r0 < rows; r0 += 16) {
       const int r1 = r0 + 16 < rows ? r0 + 16 : rows;
       for (int d0 = 0; d0 < D; d0 += 16) {
         const int d1 = d0 + 16 < D ? d0 + 16 : D;
         for (int r = r0; r < r1; ++r) {
-          for (int d = d0; d < d1; ++d) po[std::int64_t(r) * D + d] = w.ot[std::int64_t(d) * tq + r] / w.alpha[r];
+          float* po = job.partial_o + partial_row(r) * D;
+          for (int d = d0; d < d1; ++d) po[d] = w.ot[std::int64_t(d) * tq + r] / w.alpha[r];
         }
       }
     }
-    float* plse = job.partial_lse + (split * BH + bh) * job.seq_q + i0;
-    for (int r = 0; r < rows; ++r) plse[r] = row_lse(w.m[r], w.l[r]);
+    for (int r = 0; r < rows; ++r) job.partial_lse[partial_row(r)] = row_lse(w.m[r], w.l[r]);
     return;
   }
   with_output_dtype<DT>(job, [&]<DType ODT>() { store_o_rows<ODT>(job, w, it); });

@@ -88,6 +88,12 @@ struct AttentionJob {
   // GQA packing: query heads per item (1 = none; else the whole group of a
   // K/V head, for short query tiles, so each K/V tile is read once per group).
   int pack_group;
+  // Whether a packed item runs the tile path (short queries of 5 to 32 rows)
+  // rather than the row path: its tile holds the query rows of its
+  // pack_group heads, head after head, in tile_q lanes, q_step rows of each
+  // head a tile (tile_q / pack_group; else q_step = tile_q).
+  bool pack_tile;
+  int q_step;
   float* partial_o;
   float* partial_lse;
   // The amx path's K/V tiles packed once per call and shared by every Q tile

@@ -207,6 +207,12 @@ inline KvTile load_kv_tile(const AttentionJob& job, const Workspace& w, const ch
 }
 
 
+// Element offset of a tile's row r in Q from it.qbase (a packed tile's rows
+// come from its heads in turn).
+inline std::int64_t q_row_offset(const AttentionJob& job, const TileItem& it, int r) {
+  return (r / it.head_rows) * job.q_strides[1] + (r % it.head_rows) * job.q_strides[2];
+}
+
 // Qᵀ [D][tile_q] of an item's rows as given (the softmax applies the scale);
 // the lanes from `rows` to the end of the last row vector are zero.
 // Transposed in 16 x 16 blocks so every cache line written is filled.
@@ -217,7 +223,8 @@ inline void load_q_transposed(const AttentionJob& job, const TileItem& it, float
     for (int d0 = 0; d0 < D; d0 += 16) {
       const int r1 = r0 + 16 < rows ? r0 + 16 : rows, d1 = d0 + 16 < D ? d0 + 16 : D;
       for (int r = r0; r < r1; ++r) {
-        for (int d = d0; d < d1; ++d) qt[std::int64_t(d) * tq + r] = load_scalar<DT>(it.qbase, r * job.q_strides[2] + d);
+        const std::int64_t row = q_row_offset(job, it, r);
+        for (int d = d0; d < d1; ++d) qt[std::int64_t(d) * tq + r] = load_scalar<DT>(it.qbase, row + d);
       }
       for (int r = r1 > r0 ? r1 : r0; r < r0 + 16 && r < width; ++r) {
         for (int d = d0; d < d1; ++d) qt[std::int64_t(d) * tq + r] = 0.0f;

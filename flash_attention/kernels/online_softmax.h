@@ -114,6 +114,9 @@ inline void init_tile_state(const AttentionJob& job, const Workspace& w, const T
     Vec::store(w.m + j * W, Vec::set1(initial_row_max(job, h, split)));
     Vec::store(w.l + j * W, Vec::set1(initial_row_sum(job, split)));
   }
+  if (it.packed() && job.sinks) {  // each head's own sink
+    for (int r = 0; r < it.rows; ++r) w.m[r] = initial_row_max(job, tile_row(it, r).head, split);
+  }
 }
 
 // The online softmax of a tile of scores times `scale`: in fp32, or in fp16
@@ -132,29 +135,46 @@ inline void scaled_softmax_tile(const Workspace& w, int cols, int nvec, int tq, 
 // Score modifiers and masks on a tile of raw scores (Q is not pre-scaled:
 // one rounding per score instead of one per Q element and product term).
 // Modifiers work in scaled log2 units, so with any of them the tile is
-// scaled first.  Returns the scale the softmax still has to apply.
+// scaled first, as it is when a packed tile's heads scale their scores
+// differently (FP8 Q's per-head descale).  Returns the scale the softmax
+// still has to apply.  A packed tile's heads are modified and masked one
+// after the other (their rows are contiguous lanes).
 inline float prepare_scores(const AttentionJob& job, const Workspace& w, const TileItem& it, std::int64_t j0, int cols) {
-  const int tq = job.tile_q;
+  const int tq = job.tile_q, heads = it.heads();
   float scale = score_scale(job, it.h);
-  if (has_score_modifiers(job)) {
-    const typename Vec::T vscale = Vec::set1(scale);
+  const bool per_head_scale = it.packed() && job.descale[0] && job.descale_stride[0] != 0;
+  if (has_score_modifiers(job) || per_head_scale) {
+    alignas(64) float lane_scale[kMaxRowVectors * Vec::W];
+    for (int r = 0; r < it.nvec * Vec::W; ++r) {
+      lane_scale[r] = per_head_scale && r < it.rows ? score_scale(job, tile_row(it, r).head) : scale;
+    }
     for (int c = 0; c < cols; ++c) {
       float* srow = w.st + std::int64_t(c) * tq;
-      for (int j = 0; j < it.nvec; ++j) Vec::store(srow + j * Vec::W, Vec::mul(Vec::load(srow + j * Vec::W), vscale));
+      for (int j = 0; j < it.nvec; ++j) {
+        Vec::store(srow + j * Vec::W, Vec::mul(Vec::load(srow + j * Vec::W), Vec::load(lane_scale + j * Vec::W)));
+      }
     }
-    modify_scores(job, it.h, it.i0, it.rows, j0, cols, w.st, tq, 1);
+    if (has_score_modifiers(job)) {
+      for (int g = 0; g < heads; ++g) {
+        modify_scores(job, it.h + g, it.i0, it.head_rows, j0, cols, w.st + g * it.head_rows, tq, 1);
+      }
+    }
     scale = 1.0f;
   }
-  mask_tile(job, it.i0, it.rows, j0, cols, w.st, tq);
+  for (int g = 0; g < heads; ++g) mask_tile(job, it.i0, it.head_rows, j0, cols, w.st + g * it.head_rows, tq);
   return scale;
 }
 
-// Modifiers, masks, the online softmax and dropout on a tile of raw scores.
+// Modifiers, masks, the online softmax and dropout on a tile of raw scores
+// (a packed tile's heads each with their own dropout stream).
 template <DType DT>
 inline void softmax_raw_tile(const AttentionJob& job, const Workspace& w, const TileItem& it, std::int64_t j0, int cols) {
   const float scale = prepare_scores(job, w, it, j0, cols);
   scaled_softmax_tile<DT>(w, cols, it.nvec, job.tile_q, scale);
-  if (job.dropout.active) drop_tile(job, it.bh, it.i0, it.rows, j0, cols, w.st, job.tile_q);
+  if (!job.dropout.active) return;
+  for (int g = 0; g < it.heads(); ++g) {
+    drop_tile(job, it.bh + g, it.i0, it.head_rows, j0, cols, w.st + g * it.head_rows, job.tile_q);
+  }
 }
 
 }  // namespace fa::FA_KERNEL_NS

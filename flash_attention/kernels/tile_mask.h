@@ -64,11 +64,15 @@ inline void mask_tile(const AttentionJob& job, std::int64_t i0, int rows, std::i
 // move with the row (begin and end never decrease), so a vector's span runs
 // from its first row's begin to its last row's end.  Explicit masks only
 // remove more keys, which masking handles as before.
+// A packed tile's vectors hold several heads' rows, whose windows restart
+// with each head: every vector takes the span of all the tile's queries
+// (a union, so it keeps the order the products rely on).
 inline const KeySpan* tile_key_spans(const AttentionJob& job, const TileItem& it, std::int64_t j0, int cols, KeySpan* spans) {
   constexpr int W = Vec::W;
-  if (!tile_crosses_window(job, it.i0, it.rows, j0, cols)) return nullptr;
+  if (!tile_crosses_window(job, it.i0, it.head_rows, j0, cols)) return nullptr;
   for (int j = 0; j < it.nvec; ++j) {
-    const std::int64_t first = it.i0 + W * j, last = it.i0 + (W * j + W - 1 < it.rows ? W * j + W - 1 : it.rows - 1);
+    std::int64_t first = it.i0 + W * j, last = it.i0 + (W * j + W - 1 < it.rows ? W * j + W - 1 : it.rows - 1);
+    if (it.packed()) first = it.i0, last = it.i0 + it.head_rows - 1;
     std::int64_t begin = key_begin(job, first) - j0, end = key_end(job, last) - j0;
     begin = begin < 0 ? 0 : (begin > cols ? cols : begin);
     end = end < begin ? begin : (end > cols ? cols : end);

@@ -32,17 +32,19 @@ inline std::int64_t grouped_items(const AttentionJob& job, int per_item) {
 
 // Q tile `q_tile` of `unit`, keys of chunk `split`: its rows, and the keys it
 // visits, cut to the union of its rows' windows (whole tiles before the
-// first row's window start are skipped).
+// first row's window start are skipped).  A packed tile's rows are those of
+// each of the unit's heads (TileItem).
 inline TileItem tile_item(const AttentionJob& job, std::int64_t q_tile, std::int64_t split, std::int64_t unit) {
   const std::int64_t unit_heads = job.heads / job.pack_group;
   const std::int64_t b = unit / unit_heads, h = (unit % unit_heads) * job.pack_group, hk = h / job.kv_group;
-  const int tq = job.tile_q, tkv = job.tile_kv;
-  const std::int64_t i0 = q_tile * tq;
-  const int rows = static_cast<int>(job.seq_q - i0 < tq ? job.seq_q - i0 : tq);
+  const int step = job.q_step, tkv = job.tile_kv;
+  const std::int64_t i0 = q_tile * step;
+  const int head_rows = static_cast<int>(job.seq_q - i0 < step ? job.seq_q - i0 : step);
+  const int rows = job.pack_tile ? head_rows * job.pack_group : head_rows;
   const std::int64_t chunk_begin = split * job.split_keys;
   const std::int64_t first_key = key_begin(job, i0) / tkv * tkv;
   const std::int64_t kv_begin = first_key > chunk_begin ? first_key : chunk_begin;
-  std::int64_t kv_end = key_end(job, i0 + rows - 1);
+  std::int64_t kv_end = key_end(job, i0 + head_rows - 1);
   if (kv_end > chunk_begin + job.split_keys) kv_end = chunk_begin + job.split_keys;
   const std::int64_t es = static_cast<std::int64_t>(dtype_size(job.dtype)), kv_es = kv_elem_bytes(job);
   const char* q = static_cast<const char*>(job.q);
@@ -57,6 +59,7 @@ inline TileItem tile_item(const AttentionJob& job, std::int64_t q_tile, std::int
                   kv_end,
                   rows,
                   (rows + Vec::W - 1) / Vec::W,  // query-row vectors actually in use
+                  head_rows,
                   q + (b * job.q_strides[0] + h * job.q_strides[1] + i0 * job.q_strides[2]) * es,
                   k + (b * job.k_strides[0] + hk * job.k_strides[1]) * kv_es,
                   v + (b * job.v_strides[0] + hk * job.v_strides[1]) * kv_es,

@@ -79,12 +79,24 @@ struct KvScales {
 };
 
 // One (batch, head, Q tile) item on the tile path, whose keys and query rows
-// the caller resolved.
+// the caller resolved.  A packed tile (AttentionJob::pack_tile) holds the
+// same queries of several heads of one GQA group, head after head: row r is
+// query i0 + r % head_rows of head h + r / head_rows (tile_row).
 struct TileItem {
   std::int64_t b, h, bh, split, i0, kv_begin, kv_end;
   int rows, nvec;  // query rows, and the row vectors in use (rows rounded up to Vec::W)
+  int head_rows;   // rows of each head (= rows but on a packed tile)
   const char *qbase, *kbase, *vbase;  // Q at the tile's first row; K and V at the head's first key
   KvScales kv_scales;                 // an int8 cache's, at the head's first key
+
+  bool packed() const { return head_rows != rows; }
+  int heads() const { return rows / head_rows; }
 };
+
+// Row r of a tile: its query head and query index.
+struct TileRow {
+  std::int64_t head, query;
+};
+inline TileRow tile_row(const TileItem& it, int r) { return {it.h + r / it.head_rows, it.i0 + r % it.head_rows}; }
 
 }  // namespace fa::FA_KERNEL_NS

@@ -150,6 +150,15 @@ TEST_P(Fp8Shapes, MatchesFloat64Reference) {
   CaseSpec c = random_case(dtype, 77000u + static_cast<std::uint32_t>(index) * 7919u + static_cast<std::uint32_t>(dtype));
   c.out_dtype = std::array{DType::kBF16, DType::kF16, DType::kF32}[index % 3];
   c.descale = index % 3;
+  if (index >= 9) {  // short GQA queries, one tile for a group's heads, each with its own Q descale
+    c.params.seq_q = std::array{6, 13, 30}[index - 9];
+    c.params.num_heads = 6;
+    c.params.num_kv_heads = 2;
+    c.seq_lens_q.clear();
+    c.seq_lens_kv.clear();
+    if (c.bias_heads > 1) c.bias_heads = 6;
+    c.descale = 2;
+  }
   expect_matches_reference(c, isa);
 }
 
@@ -758,12 +767,158 @@ TEST_P(EdgeCases, PackedShortQueriesDoNotDependOnThePacking) {
       p.threads = threads;
       fa::TilePlan plan;
       ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok());
-      EXPECT_EQ(plan.pack_gqa, 12 / threads) << "threads " << threads;
+      // On the bf16 pair engines a group's 3 x 3 rows form one packed tile.
+      EXPECT_EQ(plan.pack_gqa, plan.pack_tile ? 3 : 12 / threads) << "threads " << threads;
+      EXPECT_EQ(plan.pack_tile, fa::uses_matrix_unit(isa(), dtype(), p.head_dim)) << "threads " << threads;
       outs.push_back(run_forward(p, isa(), dtype(), q, k, v, layout).out);
     }
     for (std::size_t i = 1; i < outs.size(); ++i) {
       EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * sizeof(float))) << fa::layout_name(layout);
     }
+  }
+}
+
+// Short queries of a GQA group share one tile (TilePlan::pack_tile): its
+// lanes hold every head's rows, and each row keeps its own head's sink,
+// ALiBi slope, bias, dropout stream, window and output row.  A lane's sums
+// run in the same order wherever its row sits, so the packed call gives the
+// bits of the same call with each K/V head repeated for its query heads
+// (plain multi-head attention, a tile per head).  Head_dim 40 (padded on the
+// pair path), queries not a multiple of the lanes, a band window and a
+// causal one, split or not, two layouts.
+TEST_P(EdgeCases, PackedGqaTileEqualsRepeatedKvHeads) {
+  if (kFa1) GTEST_SKIP() << "FA1 does not pack heads";
+  const std::int64_t heads = 12, kv_heads = 3, group = heads / kv_heads, D = 40, seq_kv = 301;
+  std::vector<float> sinks(heads), slopes(heads);
+  for (std::int64_t h = 0; h < heads; ++h) {
+    sinks[h] = 0.3f * static_cast<float>(h % 5) - 0.5f;
+    slopes[h] = 0.01f * static_cast<float>(h + 1);
+  }
+  for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
+    for (std::int64_t seq_q : {5, 8, 19, 32}) {
+      for (int variant = 0; variant < 2; ++variant) {
+        fa::AttentionParams p;
+        p.batch = 2;
+        p.seq_q = seq_q;
+        p.seq_kv = seq_kv;
+        p.num_heads = heads;
+        p.num_kv_heads = kv_heads;
+        p.head_dim = D;
+        p.tile_kv = 32;
+        p.threads = 2;
+        p.isa = isa();
+        std::vector<float> bias;
+        if (variant == 0) {  // causal, sinks, ALiBi, softcap, dropout, unsplit
+          p.causal = true;
+          p.sinks = sinks.data();
+          p.alibi_slopes = slopes.data();
+          p.softcap = 4.0f;
+          p.keep_prob = 0.75f;
+          p.dropout_seed = 99;
+          p.num_splits = 1;
+        } else {  // a band window, a per-head bias, split in three
+          p.sparse_mode = fa::SparseMode::kBand;
+          p.pre_tokens = 40;
+          p.next_tokens = 3;
+          bias = normal(static_cast<std::size_t>(heads * seq_q * seq_kv), 23, 0.5);
+          p.bias = bias.data();
+          p.bias_heads = heads;
+          p.num_splits = 3;
+        }
+        const std::string where = std::string(fa::layout_name(layout)) + " seq_q " + std::to_string(seq_q) +
+                                  (variant == 0 ? " causal" : " band");
+        fa::TilePlan plan;
+        ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok()) << where;
+        ASSERT_TRUE(plan.pack_tile) << where;
+        EXPECT_EQ(plan.pack_gqa, group) << where;
+        EXPECT_EQ(plan.q_step, plan.tile_q / group) << where;
+        // Inputs in BSH order: [batch][seq][heads][D].
+        const auto q = normal(static_cast<std::size_t>(p.batch * seq_q * heads * D), 31, 1);
+        const auto k = normal(static_cast<std::size_t>(p.batch * seq_kv * kv_heads * D), 32, 1);
+        const auto v = normal(static_cast<std::size_t>(p.batch * seq_kv * kv_heads * D), 33, 1);
+        std::vector<float> k_rep(static_cast<std::size_t>(p.batch * seq_kv * heads * D)), v_rep(k_rep.size());
+        for (std::int64_t t = 0; t < p.batch * seq_kv; ++t) {
+          for (std::int64_t h = 0; h < heads; ++h) {
+            for (std::int64_t d = 0; d < D; ++d) {
+              const std::size_t to = static_cast<std::size_t>((t * heads + h) * D + d);
+              const std::size_t from = static_cast<std::size_t>((t * kv_heads + h / group) * D + d);
+              k_rep[to] = k[from];
+              v_rep[to] = v[from];
+            }
+          }
+        }
+        // run_forward reads the vectors in `layout`: give it BNSD order where asked.
+        auto in_layout = [&](const std::vector<float>& x, std::int64_t n_heads, std::int64_t seq) {
+          if (layout == Layout::kBSH) return x;
+          std::vector<float> y(x.size());
+          for (std::int64_t b = 0; b < p.batch; ++b)
+            for (std::int64_t t = 0; t < seq; ++t)
+              for (std::int64_t h = 0; h < n_heads; ++h)
+                for (std::int64_t d = 0; d < D; ++d)
+                  y[static_cast<std::size_t>(((b * n_heads + h) * seq + t) * D + d)] =
+                      x[static_cast<std::size_t>(((b * seq + t) * n_heads + h) * D + d)];
+          return y;
+        };
+        const ForwardRun packed = run_forward(p, isa(), dtype(), in_layout(q, heads, seq_q), in_layout(k, kv_heads, seq_kv),
+                                              in_layout(v, kv_heads, seq_kv), layout);
+        fa::AttentionParams mha = p;
+        mha.num_kv_heads = heads;
+        ASSERT_TRUE(fa::plan(fa::cli::kVersion, mha, dtype(), &plan).ok()) << where;
+        ASSERT_FALSE(plan.pack_tile) << where;
+        const ForwardRun repeated = run_forward(mha, isa(), dtype(), in_layout(q, heads, seq_q),
+                                                in_layout(k_rep, heads, seq_kv), in_layout(v_rep, heads, seq_kv), layout);
+        EXPECT_EQ(0, std::memcmp(packed.out.data(), repeated.out.data(), packed.out.size() * sizeof(float))) << where;
+        EXPECT_EQ(0, std::memcmp(packed.lse.data(), repeated.lse.data(), packed.lse.size() * sizeof(float))) << where;
+        std::size_t nonfinite = 0;
+        for (float x : packed.out) nonfinite += std::isfinite(x) ? 0 : 1;
+        EXPECT_EQ(nonfinite, 0u) << where;
+      }
+    }
+  }
+}
+
+// Decoding and 2-4 query rows in GQA groups of 8 rows or more take the
+// packed tile on the bf16 pair engines (their multi-head twin takes the row
+// path, so the bits differ: checked against the reference), the row path
+// elsewhere and with a quantized cache.
+TEST_P(EdgeCases, ShortGqaQueriesOnThePackedTile) {
+  if (kFa1) GTEST_SKIP() << "FA1 does not pack heads";
+  const bool pair_engine = fa::uses_matrix_unit(isa(), dtype(), 40);
+  for (auto [seq_q, heads, layout, mask] : {std::tuple{1, 16, Layout::kBSH, MaskMode::kNone},
+                                             {2, 12, Layout::kBNSD, MaskMode::kCausal},
+                                             {4, 8, Layout::kBSH, MaskMode::kCausal}}) {
+    CaseSpec c;
+    c.dtype = dtype();
+    c.seed = 300 + seq_q;
+    c.layout = layout;
+    c.mask = mask;
+    c.with_sinks = true;
+    c.with_alibi = seq_q != 1;
+    c.bias_heads = seq_q == 4 ? heads : 0;
+    fa::AttentionParams& p = c.params;
+    p.batch = 2;
+    p.seq_q = seq_q;
+    p.seq_kv = 333;
+    p.num_heads = heads;
+    p.num_kv_heads = 2;
+    p.head_dim = 40;
+    p.softcap = seq_q == 2 ? 5.0f : 0.0f;
+    p.num_splits = seq_q == 1 ? 3 : 1;
+    p.isa = isa();
+    const std::string where = "seq_q " + std::to_string(seq_q) + " heads " + std::to_string(heads);
+    fa::TilePlan plan;
+    ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok()) << where;
+    EXPECT_EQ(plan.pack_tile, pair_engine) << where;
+    if (plan.pack_tile) EXPECT_EQ(plan.pack_gqa, heads / 2) << where;
+    if (dtype() != DType::kF32) {  // a quantized cache reads on the row path
+      ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), DType::kI8, &plan).ok()) << where;
+      EXPECT_FALSE(plan.pack_tile) << where;
+    }
+    const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    EXPECT_EQ(r.nonfinite, 0) << where;
+    EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(dtype())) << fa::cli::describe(c);
+    EXPECT_LE(r.lse_max_error, fa::cli::lse_bound(dtype())) << fa::cli::describe(c);
   }
 }
 

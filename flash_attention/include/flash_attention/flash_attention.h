@@ -464,6 +464,15 @@ struct TilePlan {
   // once per GQA group instead of once per query head, and all K/V heads of
   // a token row together; beyond 1024 rows an item, one GQA group.
   int pack_gqa = 1;
+  // Whether the packed heads' rows run the tile path rather than the row
+  // path: queries of 5 to 32 rows in GQA groups (speculative decoding, the
+  // tail of chunked prefill), and of 1 to 4 rows where the bf16 pair engines
+  // (avx512bf16, amx) run the call and a group holds at least 8 rows.  A
+  // tile then holds the rows of one K/V head's whole group, head after head:
+  // tile_q rows in all, q_step of each head (tile_q / pack_gqa; without
+  // packing q_step = tile_q).
+  bool pack_tile = false;
+  int q_step = 0;
 };
 
 // Resolves the tiles, threads, splits and work items `version`'s forward
@@ -472,6 +481,12 @@ struct TilePlan {
 // device limit." and the usage, the limit and a tile that fits; what the
 // version does not offer returns version_supports' status.
 FA_API Status plan(Version version, const AttentionParams& params, DType dtype, TilePlan* plan);
+// The plan of a call whose K/V are stored in `kv_dtype` (a quantized cache:
+// int8 or FP8 with 16-bit Q; else dtype), which decides how decoding packs
+// its query heads: on the bf16 pair engines, a GQA group of 8 or more query
+// rows takes the packed tile, which a quantized cache (read on the row
+// path) does not.
+FA_API Status plan(Version version, const AttentionParams& params, DType dtype, DType kv_dtype, TilePlan* plan);
 // plan(Version::kFA2, ...).
 FA_API Status fa2_plan(const AttentionParams& params, DType dtype, TilePlan* plan);
 
