@@ -81,3 +81,18 @@ fa_numpy_python() {
   fa_log "no Python 3 with NumPy found"
   return 1
 }
+
+# matplotlib for the charts (bench/shape_sweep), in the Python with NumPy:
+# Debian's python3-matplotlib when that Python is Debian's.  Not fatal: the
+# tools then write their CSV and say the chart was skipped.
+fa_ensure_matplotlib() {
+  local python
+  python=$(fa_numpy_python) || return 0
+  "$python" -c "import matplotlib" 2>/dev/null && return 0
+  if [ "$python" = /usr/bin/python3 ]; then
+    fa_apt_install python3-matplotlib || fa_log "no matplotlib: charts will be skipped"
+  else
+    fa_log "no matplotlib for $python: charts will be skipped (pip install matplotlib, or use Debian's python3)"
+  fi
+  return 0
+}

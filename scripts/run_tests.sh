@@ -7,9 +7,9 @@
 # walkthrough, and the unit and driver tests again
 # under AddressSanitizer + UndefinedBehaviorSanitizer (the amx path's tiles
 # emulated there).
-# Installs missing Debian packages (cmake, g++, libgtest-dev, python3-numpy;
-# clang and libclang-rt-dev for the fuzzing, whose tests skip without them)
-# unless --no-install.
+# Installs missing Debian packages (cmake, g++, libgtest-dev, python3-numpy,
+# python3-matplotlib; clang and libclang-rt-dev for the fuzzing, whose tests
+# skip without them) unless --no-install.
 #
 # usage: scripts/run_tests.sh [--build-dir DIR] [--jobs N] [--no-install] [--no-sanitize]
 set -euo pipefail
@@ -36,6 +36,7 @@ done
 fa_ensure_test_deps
 fa_ensure_fuzz_deps
 fa_numpy_python >/dev/null  # the script tests need NumPy; CMake finds it again
+fa_ensure_matplotlib        # and the charts matplotlib
 
 configure_and_build() {  # dir, extra cmake args...
   local dir=$1; shift

@@ -216,6 +216,49 @@ def case_quantized_cache_generate_run_verify(binary, d):
     assert p.returncode == 1 and "Overall: FAIL" in p.stdout, p.stdout
 
 
+SWEEP = os.path.join(ROOT, "bench", "shape_sweep")
+
+
+def case_shape_sweep_small_grid(binary, d):
+    out = os.path.join(d, "sweep")
+    p = run([sys.executable, SWEEP, f"--benchmark={binary}", f"--out={out}", "--head-dims=40,64", "--seq-q=1,8",
+             "--gqa=1,4", "--seq-kv=256", "--prefill-seq=64", "--dtypes=bf16", "--causal=off", "--runs=1"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    import csv
+    with open(os.path.join(out, "shape_sweep.csv")) as f:
+        rows = list(csv.DictReader(f))
+    # Two head_dims, then two query counts at each of two GQA ratios.
+    assert [(r["slice"], r["head_dim"], r["seq_q"], r["gqa"]) for r in rows] == \
+        [("head_dim", "40", "64", "1"), ("head_dim", "64", "64", "1"), ("seq_q", "128", "1", "1"),
+         ("seq_q", "128", "8", "1"), ("seq_q", "128", "1", "4"), ("seq_q", "128", "8", "4")], rows
+    for r in rows:
+        assert r["status"] == "OK" and r["bound"] in ("compute", "memory"), r
+        assert float(r["tflops"]) > 0 and float(r["bound_tflops"]) > 0, r
+        assert abs(float(r["share"]) - float(r["tflops"]) / float(r["bound_tflops"])) < 1e-9, r
+    assert os.path.exists(os.path.join(out, "flagged.txt"))
+    assert re.search(r"flagged \(below half of their class's best share\): \d+", p.stdout), p.stdout
+    try:
+        import matplotlib  # noqa: F401
+        for name in ("shape_sweep_head_dim.png", "shape_sweep_seq_q.png"):
+            with open(os.path.join(out, name), "rb") as f:
+                assert f.read(8) == b"\x89PNG\r\n\x1a\n", name
+    except ImportError:
+        assert "chart skipped: matplotlib not importable" in p.stdout, p.stdout
+
+
+def case_shape_sweep_rejects_bad_input(binary, d):
+    out = os.path.join(d, "sweep")
+    for args, text in ((["--head-dims=12"], "--head-dims: every head_dim must be a multiple of 8"),
+                       (["--head-dims=8,x"], "--head-dims: '8,x' is not a comma-separated list"),
+                       (["--dtypes=int4"], "--dtypes: 'int4'"),
+                       (["--isas=npu"], "--isas: 'npu'"),
+                       (["--runs=0"], "--runs must be >= 1")):
+        p = run([sys.executable, SWEEP, f"--benchmark={binary}", f"--out={out}", *args])
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and text in p.stderr, (args, p.returncode, p.stderr)
+        assert not os.path.exists(out), "no output on bad input"
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
