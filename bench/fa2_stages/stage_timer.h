@@ -51,7 +51,7 @@ void time_pair_stages(const bench::StageConfig& cfg, const Workspace& w, const c
   pack_q_pairs<DT>(reinterpret_cast<const std::uint16_t*>(q), D, 0, tq, tq, tq, D, D, qb, q_lo);
   PairEngine::begin();
   auto kpack = [&] { pack_k_tiles<DT>(k16, D, tkv, tkv, D, D, kp, k_lo); };
-  auto scores = [&] { PairEngine::scores<kP>(kp, k_lo, qb, q_lo, tq, D, tkv, tq, w.st, nullptr, nullptr); };
+  auto scores = [&] { PairEngine::scores<kP>(kp, k_lo, qb, q_lo, tq, D, D, tkv, tq, w.st, nullptr, nullptr); };
   auto vpack = [&] { pack_v_transposed<DT>(v16, D, tkv, tkv, D, D, vt, tkv / 2, v_lo); };
   auto fused = [&] { softmax_to_pairs<kP, kHalfSoftmax<DT>>(w, tkv, tkv, nvec, tq, 0.18f, pb, tkv / 2, p_lo); };
   auto rescale = [&] { rescale_output(w, D, nvec, tq); };

@@ -238,6 +238,8 @@ struct AmxProducts {
   template <DType DT>
   static constexpr bool kHandles = DT == DType::kBF16 || DT == DType::kF16 || is_fp8(DT);
   static constexpr int kOutDimStep = 32;  // Oᵀ rows per pair of 16-row A tiles (block_2x2)
+  static constexpr int kReduceStep = 32;  // Q·Kᵀ's dims: a whole A tile's 32 at a time
+  static constexpr bool kReadsKInPlace = false;  // tile loads want K's A tiles packed
   // The tile unit works beside the AVX-512 softmax: FA3's pair schedule
   // has something to overlap.
   static constexpr bool kOwnUnit = true;
@@ -245,7 +247,8 @@ struct AmxProducts {
   static void end() { tile_release(); }
   template <int kP>
   static void scores(const std::uint16_t* kp, std::int64_t k_lo, const std::uint32_t* qb, std::int64_t q_lo, int tq,
-                     int D, int cols_pad, int width, float* st, const KeySpan* spans, KvLineStream* next) {
+                     int D, int /*reduce_dims: D*/, int cols_pad, int width, float* st, const KeySpan* spans,
+                     KvLineStream* next) {
     amx_scores<kP>(kp, k_lo, qb, q_lo, tq, D, cols_pad, width, st, spans, next);
   }
   template <int kP>

@@ -29,29 +29,59 @@ inline __m512bh broadcast_pair(const std::uint32_t* p) {
   return reinterpret_cast<__m512bh>(_mm512_set1_epi32(x));
 }
 
+// Where the A operand's pairs lie: pair p of row i at a + (i / 16) *
+// row_block + (i % 16) * row + (p / 16) * pair_block + p % 16 (uint32).  The
+// pair path's A blocks (16 rows of 16 pairs, contiguous) are `blocks(..)`;
+// K read in place, its rows as they are in memory, `rows(stride)` (the
+// products take it as a template parameter, kRows: the blocks' constant
+// strides keep every broadcast an immediate offset from one register).
+struct ALayout {
+  std::int64_t row, row_block, pair_block;
+  static ALayout blocks(std::int64_t row_block) { return {16, row_block, 256}; }
+  static ALayout rows(std::int64_t stride) { return {stride, 16 * stride, 16}; }
+  const std::uint32_t* at(const std::uint32_t* a, int i, int p) const {
+    return a + (i / 16) * row_block + (i % 16) * row + (p / 16) * pair_block + p % 16;
+  }
+};
+
+// NP pairs (16: a whole A block; 8: its first half) of the R x NV register
+// block: A rows `row` apart from ab, B vector v at bb + v * b_vstride.
+template <int R, int NV, int NP>
+[[gnu::always_inline]] inline void dot_pairs(__m512 (&acc)[R][NV], const std::uint32_t* ab, std::int64_t row,
+                                             const std::uint32_t* bb, std::int64_t b_vstride) {
+  for (int p = 0; p < NP; ++p) {
+    __m512bh bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bb + v * b_vstride + p * 16));
+    for (int i = 0; i < R; ++i) {
+      const __m512bh av = broadcast_pair(ab + i * row + p);
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
+    }
+  }
+}
+
 // C[i][16 v ..] (+)= sum_p A(i, p) · B(p, v) for i < R, v < NV, p < pairs (a
-// multiple of 16): A rows from `a` in A-block order, B vector v at
-// b + v * b_vstride + p * 16, C rows ldc floats apart.  kLoad: add to C.
-template <int R, int NV, bool kLoad>
-inline void dot_block(const std::uint32_t* a, const std::uint32_t* b, std::int64_t b_vstride, int pairs, float* c,
-                      int ldc) {
+// multiple of 8: the last A block may be used only half, its first 16 dims,
+// when head_dim is 16 past a multiple of 32): A's rows from `a`, in A
+// blocks (its first R rows lie in one), or with kRows rows `a_row` apart,
+// B vector v at b + v * b_vstride + p * 16, C rows ldc floats apart.
+// kLoad: add to C.
+template <int R, int NV, bool kLoad, bool kRows>
+inline void dot_block(const std::uint32_t* a, std::int64_t a_row, const std::uint32_t* b, std::int64_t b_vstride,
+                      int pairs, float* c, int ldc) {
   static_assert(16 % R == 0, "a register block's rows lie in one A block");
+  // The A blocks' strides are constants, so every broadcast is an immediate
+  // offset from one register.
+  const std::int64_t row = kRows ? a_row : 16;
+  constexpr std::int64_t kPairBlock = kRows ? 16 : 256;
   __m512 acc[R][NV];
   for (int i = 0; i < R; ++i) {
     for (int v = 0; v < NV; ++v) acc[i][v] = kLoad ? _mm512_loadu_ps(c + std::int64_t(i) * ldc + v * 16) : _mm512_setzero_ps();
   }
-  for (int p0 = 0; p0 < pairs; p0 += 16) {
-    const std::uint32_t* ab = a + std::int64_t(p0) * 16;  // A block p0 / 16
-    const std::uint32_t* bb = b + std::int64_t(p0) * 16;
-    for (int p = 0; p < 16; ++p) {
-      __m512bh bv[NV];
-      for (int v = 0; v < NV; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(bb + v * b_vstride + p * 16));
-      for (int i = 0; i < R; ++i) {
-        const __m512bh av = broadcast_pair(ab + i * 16 + p);
-        for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
-      }
-    }
+  int p0 = 0;
+  for (; p0 + 16 <= pairs; p0 += 16) {
+    dot_pairs<R, NV, 16>(acc, a + (p0 / 16) * kPairBlock, row, b + std::int64_t(p0) * 16, b_vstride);
   }
+  if (p0 < pairs) dot_pairs<R, NV, 8>(acc, a + (p0 / 16) * kPairBlock, row, b + std::int64_t(p0) * 16, b_vstride);
   for (int i = 0; i < R; ++i) {
     for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + std::int64_t(i) * ldc + v * 16, acc[i][v]);
   }
@@ -61,9 +91,9 @@ inline void dot_block(const std::uint32_t* a, const std::uint32_t* b, std::int64
 // 32 registers).
 inline constexpr int kDotRows = 8, kDotVecs = 3;
 
-// C[m][r] (+)= sum_p A(m, p) B(p, r) for m < M (a multiple of 16), r <
-// width: A in A-block order with `a_block` uint32 between 16-row blocks, B
-// vector v at b + v * b_vstride.  Column blocks outside, so a block's B
+// C[m][r] (+)= sum_p A(m, p) B(p, r) for m < M (a multiple of 8), r <
+// width: A laid out as `lay` says, B vector v at b + v * b_vstride.
+// Column blocks outside, so a block's B
 // pairs stay in L1 while the A rows stream; the next tile's lines are
 // issued `share` per column block.
 // `spans` (may be null) limits each column block to the keys its rows may
@@ -71,8 +101,8 @@ inline constexpr int kDotRows = 8, kDotVecs = 3;
 // multiplied and their C rows are left for masking to set to -inf; else
 // (P·V: the reduction runs over keys) the reduction skips the 32-key blocks
 // outside, whose probabilities are 0.
-template <bool kLoad, bool kKeysAreRows>
-inline void dot_product(const std::uint32_t* a, std::int64_t a_block, int M, const std::uint32_t* b,
+template <bool kLoad, bool kKeysAreRows, bool kRows = false>
+inline void dot_product(const std::uint32_t* a, ALayout lay, int M, const std::uint32_t* b,
                         std::int64_t b_vstride, int pairs, int width, float* c, int ldc, const KeySpan* spans,
                         KvLineStream* next, int share) {
   const int nvec = width / 16;
@@ -91,12 +121,12 @@ inline void dot_product(const std::uint32_t* a, std::int64_t a_block, int M, con
     }
     const std::uint32_t* bv = b + v0 * b_vstride + std::int64_t(p_begin) * 16;
     for (int m0 = m_begin; m0 < m_end; m0 += kDotRows) {
-      const std::uint32_t* am = a + (m0 / 16) * a_block + (m0 % 16) * 16 + std::int64_t(p_begin) * 16;
+      const std::uint32_t* am = lay.at(a, m0, p_begin);  // p_begin: a multiple of 16
       float* cm = c + std::int64_t(m0) * ldc + v0 * 16;
       switch (nv) {
-        case 1: dot_block<kDotRows, 1, kLoad>(am, bv, b_vstride, p_end - p_begin, cm, ldc); break;
-        case 2: dot_block<kDotRows, 2, kLoad>(am, bv, b_vstride, p_end - p_begin, cm, ldc); break;
-        default: dot_block<kDotRows, kDotVecs, kLoad>(am, bv, b_vstride, p_end - p_begin, cm, ldc); break;
+        case 1: dot_block<kDotRows, 1, kLoad, kRows>(am, lay.row, bv, b_vstride, p_end - p_begin, cm, ldc); break;
+        case 2: dot_block<kDotRows, 2, kLoad, kRows>(am, lay.row, bv, b_vstride, p_end - p_begin, cm, ldc); break;
+        default: dot_block<kDotRows, kDotVecs, kLoad, kRows>(am, lay.row, bv, b_vstride, p_end - p_begin, cm, ldc); break;
       }
     }
     if (next) next->issue(share);
@@ -109,6 +139,7 @@ struct DotProducts {
   template <DType DT>
   static constexpr bool kHandles = DT == DType::kBF16 || is_fp8(DT);
   static constexpr int kOutDimStep = 16;  // Oᵀ rows per 16-row A block, taken 8 at a time
+  static constexpr int kReduceStep = 16;  // Q·Kᵀ's dims: half an A block's 16 pairs at a time
   // VDPBF16PS runs on the vector pipes the softmax uses: FA3's pair
   // schedule has nothing to overlap and keeps two Q tiles' operands hot
   // instead of one (measured 0.93x running each tile FA2's way, Zen 4,
@@ -118,22 +149,39 @@ struct DotProducts {
   static void end() {}
   template <int kP>
   static void scores(const std::uint16_t* kp, std::int64_t, const std::uint32_t* qb, std::int64_t, int tq, int D,
-                     int cols_pad, int width, float* st, const KeySpan* spans, KvLineStream* next) {
+                     int reduce_dims, int cols_pad, int width, float* st, const KeySpan* spans, KvLineStream* next) {
     static_assert(kP == 1, "bf16 only");
-    dot_product<false, true>(reinterpret_cast<const std::uint32_t*>(kp), std::int64_t(D / 32) * 256, cols_pad, qb,
-                             std::int64_t(D / 2) * 16, D / 2, width, st, tq, spans, next, share(next, width));
+    dot_product<false, true>(reinterpret_cast<const std::uint32_t*>(kp), ALayout::blocks(std::int64_t(D / 32) * 256),
+                             cols_pad, qb, std::int64_t(D / 2) * 16, reduce_dims / 2, width, st, tq, spans, next,
+                             share(next, width));
+  }
+  // The same with K read in place, its bf16 rows `k_row_pairs` 32-bit pairs
+  // apart (no packing: the engine broadcasts one pair of a row at a time,
+  // wherever the row lies), for `cols` keys (a multiple of kDotRows: Sᵀ's
+  // rows from cols on are left unwritten, and the softmax reads none of
+  // them); head_dim is reduce_dims (a multiple of 16: the rows hold nothing
+  // past it).
+  static constexpr bool kReadsKInPlace = true;
+  static bool reads_k_in_place(std::int64_t head_dim, int cols, std::int64_t k_row_stride) {
+    return head_dim % 16 == 0 && cols % kDotRows == 0 && k_row_stride % 2 == 0;
+  }
+  static void scores_in_place(const std::uint16_t* k, std::int64_t k_row_pairs, const std::uint32_t* qb, int tq, int D,
+                              int reduce_dims, int cols, int width, float* st, const KeySpan* spans, KvLineStream* next) {
+    dot_product<false, true, true>(reinterpret_cast<const std::uint32_t*>(k), ALayout::rows(k_row_pairs), cols, qb,
+                             std::int64_t(D / 2) * 16, reduce_dims / 2, width, st, tq, spans, next, share(next, width));
   }
   template <int kP>
   static void accumulate(const std::uint32_t* vt, int ldvt, std::int64_t, const std::uint32_t* pb, int ldp,
                          std::int64_t, int tq, int D, int cols_pad, int width, float* ot, bool fresh,
                          const KeySpan* spans, KvLineStream* next) {
     static_assert(kP == 1, "bf16 only");
-    const std::int64_t a_block = std::int64_t(ldvt / 16) * 256, b_vstride = std::int64_t(ldp) * 16;
+    const ALayout a_layout = ALayout::blocks(std::int64_t(ldvt / 16) * 256);
+    const std::int64_t b_vstride = std::int64_t(ldp) * 16;
     if (fresh) {
-      dot_product<false, false>(vt, a_block, D, pb, b_vstride, cols_pad / 2, width, ot, tq, spans, next,
+      dot_product<false, false>(vt, a_layout, D, pb, b_vstride, cols_pad / 2, width, ot, tq, spans, next,
                                 share(next, width));
     } else {
-      dot_product<true, false>(vt, a_block, D, pb, b_vstride, cols_pad / 2, width, ot, tq, spans, next,
+      dot_product<true, false>(vt, a_layout, D, pb, b_vstride, cols_pad / 2, width, ot, tq, spans, next,
                                share(next, width));
     }
   }

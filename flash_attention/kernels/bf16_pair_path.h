@@ -22,13 +22,16 @@
 // An engine is a struct of static members (AmxProducts, DotProducts):
 //   kHandles<DT>        whether it runs this dtype (fp16 in two pieces: amx)
 //   kOutDimStep         the dims of Oᵀ the second product computes at a time
-//                       (head_dim is padded to it there; to 32 in the first)
+//                       (head_dim is padded to it there)
+//   kReduceStep         the dims Q·Kᵀ sums over at a time (head_dim is padded
+//                       to it there; the operands' layout to 32)
 //   kOwnUnit            whether the products run on a unit beside the vector
 //                       unit (AMX tiles), which FA3's pair schedule overlaps
 //                       with the softmax
 //   begin(), end()      around an item's products (the tile configuration)
-//   scores<kP>(kp, k_lo, qb, q_lo, tq, D, cols_pad, width, st, spans, next)
-//       Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols_pad, r < width; K in
+//   scores<kP>(kp, k_lo, qb, q_lo, tq, D, reduce_dims, cols_pad, width, st, spans, next)
+//       Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for d < reduce_dims (head_dim
+//       rounded up to kReduceStep; the rest are zero), c < cols_pad, r < width; K in
 //       A-block order (pack_k_tiles; lo piece k_lo elements on), Qᵀ in
 //       B-block order (pack_q_pairs; q_lo on), Sᵀ rows tq floats apart
 //   accumulate<kP>(vt, ldvt, v_lo, pb, ldp, p_lo, tq, D, cols_pad, width, ot, fresh, spans, next)
@@ -552,16 +555,34 @@ class PairTileSteps {
     spans_ = tile_key_spans(job_, it_, j0, cols_, span_buffer_);
     next_ = stream_next_ ? next_tile_lines<DT>(job_, it_, j0) : KvLineStream{};
     kv_ = shared_kv_tile<DT>(job_, it_, j0, cols_, cols_pad_, op_);
+    k_in_place_ = nullptr;
     if (kv_.own) {
       const std::int64_t ks = job_.k_strides[2];
-      pack_k_tiles<DT>(reinterpret_cast<const Elem<DT>*>(it_.kbase) + kv_row(job_, it_.b, j0) * ks, ks, cols_, cols_pad_,
-                       dims(), D(), op_.kp, op_.k_lo);
+      const Elem<DT>* k = reinterpret_cast<const Elem<DT>*>(it_.kbase) + kv_row(job_, it_.b, j0) * ks;
+      // An engine that broadcasts K's pairs reads bf16 rows where they lie:
+      // a tile no other item reads (short queries, packed groups) is then
+      // never packed.
+      if constexpr (Engine::kReadsKInPlace && DT == DType::kBF16) {
+        if (Engine::reads_k_in_place(job_.head_dim, cols_, ks)) {
+          k_in_place_ = k;
+          return;
+        }
+      }
+      pack_k_tiles<DT>(k, ks, cols_, cols_pad_, dims(), D(), op_.kp, op_.k_lo);
     }
   }
   // Sᵀ = K · Qᵀ; then Vᵀ packed when it is the item's own.
   void scores(StageLaps& laps) {
-    Engine::template scores<kP>(kv_.k, op_.k_lo, op_.qb, op_.q_lo, job_.tile_q, D(), cols_pad_, it_.nvec * 16, w_.st,
-                                spans_, &next_);
+    if constexpr (Engine::kReadsKInPlace && DT == DType::kBF16) {
+      if (k_in_place_) {
+        Engine::scores_in_place(reinterpret_cast<const std::uint16_t*>(k_in_place_), job_.k_strides[2] / 2, op_.qb,
+                                job_.tile_q, D(), reduce_dims(), cols_, it_.nvec * 16, w_.st, spans_, &next_);
+      }
+    }
+    if (!k_in_place_) {
+      Engine::template scores<kP>(kv_.k, op_.k_lo, op_.qb, op_.q_lo, job_.tile_q, D(), reduce_dims(), cols_pad_,
+                                  it_.nvec * 16, w_.st, spans_, &next_);
+    }
     laps.lap(kStageScores);
     if (kv_.own) {
       const std::int64_t vs = job_.v_strides[2];
@@ -600,6 +621,12 @@ class PairTileSteps {
   int out_dims() const {
     return static_cast<int>((job_.head_dim + Engine::kOutDimStep - 1) / Engine::kOutDimStep * Engine::kOutDimStep);
   }
+  // The dims Q·Kᵀ sums over: head_dim padded to the engine's reduction step
+  // (16 on VDPBF16PS, half an A block; the tile unit's 32), the operands
+  // being packed to D (their extra dims are zero).
+  int reduce_dims() const {
+    return static_cast<int>((job_.head_dim + Engine::kReduceStep - 1) / Engine::kReduceStep * Engine::kReduceStep);
+  }
 
   const AttentionJob& job_;
   const Workspace& w_;
@@ -613,6 +640,7 @@ class PairTileSteps {
   KeySpan span_buffer_[kMaxRowVectors];
   KvLineStream next_;
   KvOperands kv_{};
+  const Elem<DT>* k_in_place_ = nullptr;  // the tile's K rows, when the engine reads them as they are
 };
 
 // FA2's loop on the pair path: one Q tile's steps in order.

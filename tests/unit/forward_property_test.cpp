@@ -784,17 +784,19 @@ TEST_P(EdgeCases, PackedShortQueriesDoNotDependOnThePacking) {
 // run in the same order wherever its row sits, so the packed call gives the
 // bits of the same call with each K/V head repeated for its query heads
 // (plain multi-head attention, a tile per head).  Head_dim 40 (padded on the
-// pair path), queries not a multiple of the lanes, a band window and a
-// causal one, split or not, two layouts.
+// pair path) and 64 (K read in place by the dot engine), queries not a
+// multiple of the lanes, a band window and a causal one, split or not, two
+// layouts.
 TEST_P(EdgeCases, PackedGqaTileEqualsRepeatedKvHeads) {
   if (kFa1) GTEST_SKIP() << "FA1 does not pack heads";
-  const std::int64_t heads = 12, kv_heads = 3, group = heads / kv_heads, D = 40, seq_kv = 301;
+  const std::int64_t heads = 12, kv_heads = 3, group = heads / kv_heads, seq_kv = 301;
   std::vector<float> sinks(heads), slopes(heads);
   for (std::int64_t h = 0; h < heads; ++h) {
     sinks[h] = 0.3f * static_cast<float>(h % 5) - 0.5f;
     slopes[h] = 0.01f * static_cast<float>(h + 1);
   }
   for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
+    const std::int64_t D = layout == Layout::kBSH ? 40 : 64;
     for (std::int64_t seq_q : {5, 8, 19, 32}) {
       for (int variant = 0; variant < 2; ++variant) {
         fa::AttentionParams p;
