@@ -911,7 +911,9 @@ TEST_P(EdgeCases, ShortGqaQueriesOnThePackedTile) {
     fa::TilePlan plan;
     ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok()) << where;
     EXPECT_EQ(plan.pack_tile, pair_engine) << where;
-    if (plan.pack_tile) EXPECT_EQ(plan.pack_gqa, heads / 2) << where;
+    if (plan.pack_tile) {
+      EXPECT_EQ(plan.pack_gqa, heads / 2) << where;
+    }
     if (dtype() != DType::kF32) {  // a quantized cache reads on the row path
       ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), DType::kI8, &plan).ok()) << where;
       EXPECT_FALSE(plan.pack_tile) << where;
