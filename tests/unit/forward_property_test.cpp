@@ -789,7 +789,7 @@ TEST_P(EdgeCases, PackedShortQueriesDoNotDependOnThePacking) {
 // layouts.
 TEST_P(EdgeCases, PackedGqaTileEqualsRepeatedKvHeads) {
   if (kFa1) GTEST_SKIP() << "FA1 does not pack heads";
-  const std::int64_t heads = 12, kv_heads = 3, group = heads / kv_heads, seq_kv = 301;
+  const std::int64_t heads = 12, kv_heads = 3, group = heads / kv_heads, seq_kv = 157;
   std::vector<float> sinks(heads), slopes(heads);
   for (std::int64_t h = 0; h < heads; ++h) {
     sinks[h] = 0.3f * static_cast<float>(h % 5) - 0.5f;
@@ -797,7 +797,8 @@ TEST_P(EdgeCases, PackedGqaTileEqualsRepeatedKvHeads) {
   }
   for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
     const std::int64_t D = layout == Layout::kBSH ? 40 : 64;
-    for (std::int64_t seq_q : {5, 8, 19, 32}) {
+    // Two query counts a layout: a partial vector and whole ones, 5 to 32.
+    for (std::int64_t seq_q : layout == Layout::kBSH ? std::array{5, 32} : std::array{8, 19}) {
       for (int variant = 0; variant < 2; ++variant) {
         fa::AttentionParams p;
         p.batch = 2;
@@ -820,7 +821,7 @@ TEST_P(EdgeCases, PackedGqaTileEqualsRepeatedKvHeads) {
           p.num_splits = 1;
         } else {  // a band window, a per-head bias, split in three
           p.sparse_mode = fa::SparseMode::kBand;
-          p.pre_tokens = 40;
+          p.pre_tokens = 30;
           p.next_tokens = 3;
           bias = normal(static_cast<std::size_t>(heads * seq_q * seq_kv), 23, 0.5);
           p.bias = bias.data();
