@@ -79,7 +79,7 @@ inline bool pair_tile_path_fits(const AttentionJob& job) {
 // then cost up to 31 dims more, and stay on the engine (a head_dim off the
 // step ran the FMA loop at half the speed).  Oᵀ has the padded rows, which
 // the epilogue does not write.
-inline int pair_dims(std::int64_t head_dim) { return static_cast<int>((head_dim + 31) & ~std::int64_t{31}); }
+inline int pair_dims(std::int64_t head_dim) { return round_up_dims(head_dim, 32); }
 
 // In-register transpose of a 16 x 16 block of 32-bit elements.
 inline void transpose_16x16_epi32(__m512i r[16]) {
@@ -193,7 +193,7 @@ inline void pack_q_pairs(const Elem<DT>* q, std::int64_t q_row_stride, std::int6
   for (int r0 = 0; r0 < width; r0 += 16) {
     const Elem<DT>* row[16];
     for (int r = 0; r < 16 && r0 + r < rows; ++r) {
-      row[r] = q + (r0 + r) / head_rows * q_head_stride + std::int64_t((r0 + r) % head_rows) * q_row_stride;
+      row[r] = q + tile_row_offset(r0 + r, head_rows, q_row_stride, q_head_stride);
     }
     for (int d0 = 0; d0 < D; d0 += 32) {
       __m512i hi_block[16], lo_block[16];
@@ -618,15 +618,11 @@ class PairTileSteps {
   // Oᵀ's rows the second product computes: head_dim padded to the engine's
   // output step (16 dims on VDPBF16PS, which takes A rows 8 at a time; the
   // tile unit's 32), V being packed to D (its extra rows are zero).
-  int out_dims() const {
-    return static_cast<int>((job_.head_dim + Engine::kOutDimStep - 1) / Engine::kOutDimStep * Engine::kOutDimStep);
-  }
+  int out_dims() const { return round_up_dims(job_.head_dim, Engine::kOutDimStep); }
   // The dims Q·Kᵀ sums over: head_dim padded to the engine's reduction step
   // (16 on VDPBF16PS, half an A block; the tile unit's 32), the operands
   // being packed to D (their extra dims are zero).
-  int reduce_dims() const {
-    return static_cast<int>((job_.head_dim + Engine::kReduceStep - 1) / Engine::kReduceStep * Engine::kReduceStep);
-  }
+  int reduce_dims() const { return round_up_dims(job_.head_dim, Engine::kReduceStep); }
 
   const AttentionJob& job_;
   const Workspace& w_;

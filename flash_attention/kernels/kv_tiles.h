@@ -210,7 +210,7 @@ inline KvTile load_kv_tile(const AttentionJob& job, const Workspace& w, const ch
 // Element offset of a tile's row r in Q from it.qbase (a packed tile's rows
 // come from its heads in turn).
 inline std::int64_t q_row_offset(const AttentionJob& job, const TileItem& it, int r) {
-  return (r / it.head_rows) * job.q_strides[1] + (r % it.head_rows) * job.q_strides[2];
+  return tile_row_offset(r, it.head_rows, job.q_strides[2], job.q_strides[1]);
 }
 
 // Qᵀ [D][tile_q] of an item's rows as given (the softmax applies the scale);

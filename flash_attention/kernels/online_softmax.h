@@ -144,14 +144,17 @@ inline float prepare_scores(const AttentionJob& job, const Workspace& w, const T
   float scale = score_scale(job, it.h);
   const bool per_head_scale = it.packed() && job.descale[0] && job.descale_stride[0] != 0;
   if (has_score_modifiers(job) || per_head_scale) {
+    // Each lane's scale: the item's, or its own head's.
     alignas(64) float lane_scale[kMaxRowVectors * Vec::W];
-    for (int r = 0; r < it.nvec * Vec::W; ++r) {
-      lane_scale[r] = per_head_scale && r < it.rows ? score_scale(job, tile_row(it, r).head) : scale;
+    if (per_head_scale) {
+      for (int r = 0; r < it.nvec * Vec::W; ++r) lane_scale[r] = r < it.rows ? score_scale(job, tile_row(it, r).head) : scale;
     }
+    const typename Vec::T vscale = Vec::set1(scale);
     for (int c = 0; c < cols; ++c) {
       float* srow = w.st + std::int64_t(c) * tq;
       for (int j = 0; j < it.nvec; ++j) {
-        Vec::store(srow + j * Vec::W, Vec::mul(Vec::load(srow + j * Vec::W), Vec::load(lane_scale + j * Vec::W)));
+        const typename Vec::T f = per_head_scale ? Vec::load(lane_scale + j * Vec::W) : vscale;
+        Vec::store(srow + j * Vec::W, Vec::mul(Vec::load(srow + j * Vec::W), f));
       }
     }
     if (has_score_modifiers(job)) {

@@ -99,4 +99,15 @@ struct TileRow {
 };
 inline TileRow tile_row(const TileItem& it, int r) { return {it.h + r / it.head_rows, it.i0 + r % it.head_rows}; }
 
+// Element offset of a tile's row r from its first row's, its heads'
+// rows `head_rows` apart in the tile and `head_stride` apart in memory.
+inline std::int64_t tile_row_offset(int r, int head_rows, std::int64_t row_stride, std::int64_t head_stride) {
+  return (r / head_rows) * head_stride + (r % head_rows) * row_stride;
+}
+
+// head_dim rounded up to a multiple of `step` (an engine's padding).
+inline int round_up_dims(std::int64_t head_dim, int step) {
+  return static_cast<int>((head_dim + step - 1) / step * step);
+}
+
 }  // namespace fa::FA_KERNEL_NS
