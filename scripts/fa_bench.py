@@ -1,0 +1,52 @@
+"""Running the benchmark binaries from the scripts: one call, its --json.
+
+Stdlib only, so every tooling script (regression check, perf report) can use
+it on any Python 3.  The binaries print their --json object as the last line
+of stdout; a failed run raises BenchmarkError with the binary's own message.
+"""
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+
+
+class BenchmarkError(RuntimeError):
+    pass
+
+
+def run_json(binary, args, timeout=900, env=None):
+    """Runs `binary args... --json` and returns the parsed object."""
+    cmd = [binary, *args, "--json"]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BenchmarkError(f"{os.path.basename(binary)}: {e}") from e
+    lines = p.stdout.strip().splitlines()
+    if p.returncode != 0 or not lines:
+        why = (p.stderr.strip() or p.stdout.strip() or f"exit status {p.returncode}").splitlines()[-1]
+        raise BenchmarkError(f"{os.path.basename(binary)} {' '.join(args)}: {why}")
+    try:
+        return json.loads(lines[-1])
+    except json.JSONDecodeError as e:
+        raise BenchmarkError(f"{os.path.basename(binary)}: its --json line did not parse ({e})") from e
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def write_atomic(path, text):
+    """Writes `text` to `path` through a temporary file in the same directory
+    and a rename: a reader never sees half a file, a failure leaves none."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

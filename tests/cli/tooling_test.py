@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Tests of the guide's tooling scripts (its section 7): the build script and
+an install built with it, the post-build and environment checks, the
+regression test, the benchmark runner and the Dockerfile.
+
+  tooling_test.py --list
+  tooling_test.py CASE WORK_DIR [BENCHMARK_BINARY]
+
+WORK_DIR holds what the cases share: the build_and_install case (a CTest
+fixture) builds FA2 for the generic target with scripts/build_flash_attention.sh
+into WORK_DIR/install_fa2; the cases after it use that install.  Each case
+prints PASS or FAIL and its reason.  Stdlib only.
+"""
+import csv
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPTS = os.path.join(ROOT, "scripts")
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL, **kw)
+
+
+def script(name):
+    return os.path.join(SCRIPTS, name)
+
+
+def one_line_error(p, *needles):
+    """Bad input: exit 2, exactly one line on stderr naming what was wrong."""
+    assert p.returncode == 2, f"exit {p.returncode}, expected 2: {p.stdout}{p.stderr}"
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got: {p.stderr!r}"
+    for n in needles:
+        assert n in lines[0], f"'{n}' not in: {lines[0]}"
+
+
+def install_dir(work):
+    return os.path.join(work, "install_fa2")
+
+
+# --- build_flash_attention.sh (block 1) -------------------------------------
+
+def case_build_script_refuses_npu_target(work, _):
+    target = os.path.join(work, "refused_install")
+    p = run(["bash", script("build_flash_attention.sh"), "2", "ascend910B", target])
+    one_line_error(p, "ascend910B", "Ascend NPU", "auto", "avx2", "avx512", "avx512bf16", "amx")
+    assert not os.path.exists(target), "a refused build must not create its install directory"
+    p = run(["bash", script("build_flash_attention.sh"), "2", "sse9", target])
+    one_line_error(p, "TARGET 'sse9' is not valid", "avx512bf16")
+    p = run(["bash", script("build_flash_attention.sh"), "4"])
+    one_line_error(p, "VERSION '4'", "1, 2, 3 or all")
+    p = run(["bash", script("build_flash_attention.sh"), "2", "auto", target, "--tile-q=100"])
+    one_line_error(p, "--tile-q", "power of two")
+    p = run(["bash", script("build_flash_attention.sh"), "--help"])
+    assert p.returncode == 0 and "VERSION" in p.stdout and "INSTALL_DIR" in p.stdout, p.stdout
+
+
+def case_build_and_install(work, _):
+    shutil.rmtree(install_dir(work), ignore_errors=True)
+    p = run(["bash", script("build_flash_attention.sh"), "2", "generic", install_dir(work),
+             "--build-dir", os.path.join(work, "build_fa2"), "--jobs", "2", "--no-install"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Build completed successfully!" in p.stdout, p.stdout
+    for f in ("lib/libflash_attention_fa2.so", "bin/fa2_benchmark", "bin/fa2_test",
+              "include/flash_attention/flash_attention.h", "lib/cmake/FlashAttention/FlashAttentionConfig.cmake",
+              "lib/cmake/FlashAttention/FlashAttentionFa2Targets.cmake", "lib/pkgconfig/flash_attention_fa2.pc"):
+        assert os.path.exists(os.path.join(install_dir(work), f)), f"{f} missing from the install"
+
+
+def consumer(work, way):
+    p = run(["bash", os.path.join(ROOT, "tests", "install", "consumer_test.sh"), way, install_dir(work),
+             os.path.join(work, f"consumer_{way}")])
+    if p.returncode == 77:
+        print(p.stdout.strip())
+        sys.exit(77)
+    assert p.returncode == 0 and "consumer: fa2_forward vs reference" in p.stdout and ": PASS" in p.stdout, \
+        p.stdout + p.stderr
+
+
+def case_consumer_cmake(work, _):
+    consumer(work, "cmake")
+
+
+def case_consumer_pkg_config(work, _):
+    consumer(work, "pkg-config")
+
+
+# --- post_build_check.sh (block 6) ------------------------------------------
+
+def case_post_build_check_passes(work, _):
+    p = run(["bash", script("post_build_check.sh"), install_dir(work)])
+    assert p.returncode == 0, p.stdout + p.stderr
+    for needle in ("[PASS] FA2 library found", "all public API", "passed its reference check", "All checks PASSED",
+                   "Instruction sets:"):
+        assert needle in p.stdout, f"'{needle}' not in:\n{p.stdout}"
+    assert "[FAIL]" not in p.stdout, p.stdout
+
+
+def case_post_build_check_counts_failures(work, _):
+    with tempfile.TemporaryDirectory() as d:
+        broken = os.path.join(d, "install")
+        shutil.copytree(install_dir(work), broken, symlinks=True)
+        # Three faults: a test binary that is not executable, a missing
+        # pkg-config file, and a benchmark that cannot load its library.
+        test_bin = os.path.join(broken, "bin", "fa2_test")
+        os.chmod(test_bin, os.stat(test_bin).st_mode & ~(stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
+        os.unlink(os.path.join(broken, "lib", "pkgconfig", "flash_attention_fa2.pc"))
+        for name in os.listdir(os.path.join(broken, "lib")):
+            if name.startswith("libflash_attention_fa2.so."):
+                os.unlink(os.path.join(broken, "lib", name))
+        p = run(["bash", script("post_build_check.sh"), broken, "--versions", "2"])
+        fails = [line for line in p.stdout.splitlines() if line.startswith("[FAIL]")]
+        # The library itself (a dangling link), the test's exec bit, the .pc
+        # file, ldd of the benchmark, and the benchmark's run.
+        assert p.returncode == len(fails) and p.returncode >= 4, f"exit {p.returncode}, fails {fails}:\n{p.stdout}"
+        assert any("NOT executable" in f for f in fails), fails
+        assert any("pkg-config file NOT found" in f for f in fails), fails
+        assert any("unresolved dependencies" in f for f in fails), fails
+        assert f"{p.returncode} check(s) FAILED" in p.stdout, p.stdout
+    p = run(["bash", script("post_build_check.sh"), "/nonexistent/install"])
+    one_line_error(p, "/nonexistent/install", "not a directory")
+
+
+# --- env_health_check.sh (block 9) ------------------------------------------
+
+def case_env_health_check(work, _):
+    p = run(["bash", script("env_health_check.sh")])
+    assert p.returncode == p.stdout.count("[ FAIL ]"), p.stdout
+    for needle in ("g++", "CMake", "Model:", "Instruction sets:", "Cores:", "Caches", "Memory:", "Huge pages:",
+                   "CUDA toolkit:"):
+        assert needle in p.stdout, f"'{needle}' not in:\n{p.stdout}"
+    # The suite runs here, so the toolchain it needs is present.
+    assert p.returncode == 0, p.stdout
+    # An old CMake first on the PATH is a problem, named with its fix.
+    with tempfile.TemporaryDirectory() as d:
+        fake = os.path.join(d, "cmake")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\necho 'cmake version 3.10.2'\n")
+        os.chmod(fake, 0o755)
+        env = dict(os.environ, PATH=d + os.pathsep + os.environ.get("PATH", ""))
+        p = run(["bash", script("env_health_check.sh")], env=env)
+        assert p.returncode == 1, f"exit {p.returncode}:\n{p.stdout}"
+        assert re.search(r"\[ FAIL \] CMake 3\.10\.2 is older than 3\.20\n\s+fix: apt-get install cmake", p.stdout), p.stdout
+        assert "1 issue(s) found" in p.stdout, p.stdout
+    p = run(["bash", script("env_health_check.sh"), "--frobnicate"])
+    one_line_error(p, "--frobnicate")
+
+
+# --- regression_test.sh (block 10) ------------------------------------------
+
+def write_baseline(path, config, tflops):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["config", "throughput_tflops"])
+        w.writerow([config, tflops])
+
+
+def case_regression_test(work, _):
+    config_arg = "fp32/1x128x2x32/causal"
+    config_name = "fa2 fp32 B1 S128 H2 D32 causal"
+    with tempfile.TemporaryDirectory() as d:
+        base = os.path.join(d, "base")
+        os.symlink(install_dir(work), base + "_fa2")
+        common = ["bash", script("regression_test.sh"), "--versions", "2", "--install-base", base, "--skip-build",
+                  "--configs", config_arg, "--repeats", "2", "--num-runs", "3", "--report-dir", d,
+                  "--baseline", os.path.join(d, "baseline_results.csv"), "--current", os.path.join(d, "current.csv"),
+                  "--test-args", "--quick --dtype=fp32"]
+        # No baseline yet: passes, says so; --update-baseline writes one.
+        p = run(common + ["--update-baseline"])
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "No baseline found" in p.stdout and "Baseline updated" in p.stdout, p.stdout
+        rows = list(csv.DictReader(open(os.path.join(d, "baseline_results.csv"))))
+        assert [r["config"] for r in rows] == [config_name], rows
+        measured = float(rows[0]["throughput_tflops"])
+        assert measured > 0, rows
+        # A baseline far above anything this machine does: a regression,
+        # named, and a failing exit status.
+        write_baseline(os.path.join(d, "baseline_results.csv"), config_name, measured * 1000)
+        p = run(common)
+        assert p.returncode == 1, f"exit {p.returncode}:\n{p.stdout}{p.stderr}"
+        assert re.search(rf"REGRESSION: {config_name}: [0-9.]+ vs baseline [0-9.]+ TFLOPS \(drop [0-9.]+%\)", p.stdout), \
+            p.stdout
+        assert "FAILED: 1 (Performance regression check" in p.stdout, p.stdout
+        # A baseline well below: no regression, exit 0.
+        write_baseline(os.path.join(d, "baseline_results.csv"), config_name, measured / 1000)
+        p = run(common)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "No significant performance regressions detected" in p.stdout, p.stdout
+        reports = [f for f in os.listdir(d) if re.fullmatch(r"regression_report_\d{8}_\d{6}\.txt", f)]
+        assert reports, os.listdir(d)
+        assert not [f for f in os.listdir(d) if f.endswith(".partial")], os.listdir(d)
+        current = list(csv.DictReader(open(os.path.join(d, "current.csv"))))
+        assert current[0]["config"] == config_name and float(current[0]["throughput_tflops"]) > 0, current
+        # A failing correctness stage fails the run too.
+        p = run(common[:-1] + ["--quick --isa=sse9"])
+        assert p.returncode == 1 and "FA2 correctness" in p.stdout and "FAIL" in p.stdout, p.stdout
+        # Bad arguments: one line, exit 2.
+        one_line_error(run(["bash", script("regression_test.sh"), "--threshold", "ten"]), "--threshold", "ten")
+        one_line_error(run(["bash", script("regression_test.sh"), "--versions", "4"]), "--versions", "'4'")
+
+
+CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+
+
+def main():
+    if len(sys.argv) == 2 and sys.argv[1] == "--list":
+        print(";".join(CASES))
+        return 0
+    if len(sys.argv) not in (3, 4) or sys.argv[1] not in CASES:
+        print(f"usage: {sys.argv[0]} CASE WORK_DIR [BENCHMARK]  (cases: {', '.join(CASES)})", file=sys.stderr)
+        return 2
+    os.makedirs(sys.argv[2], exist_ok=True)
+    try:
+        CASES[sys.argv[1]](os.path.abspath(sys.argv[2]), sys.argv[3] if len(sys.argv) == 4 else None)
+    except AssertionError as e:
+        print(f"FAIL: {sys.argv[1]}: {e}")
+        return 1
+    print(f"PASS: {sys.argv[1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
