@@ -155,7 +155,7 @@ for v in $VERSIONS; do
     continue
   fi
   if [ -z "$PYTHON" ]; then
-    echo "$json" | grep -q '"check": "PASS"' && pass "fa${v}_benchmark ran and passed its check" \
+    echo "$json" | grep -Eq '"check": ?"PASS"' && pass "fa${v}_benchmark ran and passed its check" \
       || fail "fa${v}_benchmark: check did not pass: $json"
     continue
   fi

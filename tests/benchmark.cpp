@@ -24,12 +24,14 @@
 #include "driver/host_tensor.h"
 #include "driver/paged_cache.h"
 #include "driver/quantized_cache.h"
+#include "driver/report.h"
 #include "driver/version_entry.h"
 
 namespace {
 
 using fa::cli::Args;
 using fa::cli::BenchmarkOptions;
+using fa::cli::Json;
 using fa::cli::UsageError;
 
 const char* unit_name(fa::Isa isa, bool matrix) {
@@ -172,8 +174,13 @@ int run_sweep(const BenchmarkOptions& o, const fa::AttentionParams& p, fa::Isa i
     rows.push_back(row);
     if (bar) std::fprintf(stderr, "\r%60s\r", "");
     if (o.json) {
-      std::printf("{\"tile_q\": %d, \"tile_kv\": %d, \"latency_ms\": %.6f, \"throughput_tflops\": %.6f, \"status\": \"%s\"}\n",
-                  tq, tkv, row.latency_ms, row.tflops, row.status.c_str());
+      Json j;
+      j["tile_q"] = tq;
+      j["tile_kv"] = tkv;
+      j["latency_ms"] = row.latency_ms;
+      j["throughput_tflops"] = row.tflops;
+      j["status"] = row.status;
+      std::cout << j.dump() << "\n";
     } else if (row.status == "OK") {
       std::printf("%8d %8d %7.5f TFLOPS %10s\n", tq, tkv, row.tflops, row.status.c_str());
     } else {
@@ -195,8 +202,13 @@ int run_sweep(const BenchmarkOptions& o, const fa::AttentionParams& p, fa::Isa i
     cache_note = s.ok() ? "updated " + fa::tuning_cache_path() : "not updated: " + s.message();
   }
   if (o.json) {
-    std::printf("{\"best_tile_q\": %d, \"best_tile_kv\": %d, \"best_throughput_tflops\": %.6f, \"kernel\": \"%s\"}\n",
-                best->tile_q, best->tile_kv, best->tflops, std::string(fa::isa_name(isa)).c_str());
+    Json j;
+    j["best_tile_q"] = best->tile_q;
+    j["best_tile_kv"] = best->tile_kv;
+    j["best_throughput_tflops"] = best->tflops;
+    j["kernel"] = fa::isa_name(isa);
+    j["tuning_cache"] = cache_note;
+    std::cout << j.dump() << "\n";
   } else {
     std::printf("\nBest config: Tile_Q=%d, Tile_KV=%d @ %.5f TFLOPS (%s)\nTuning cache: %s\n", best->tile_q,
                 best->tile_kv, best->tflops, std::string(fa::isa_name(isa)).c_str(), cache_note.c_str());
@@ -524,53 +536,70 @@ int run(int argc, char** argv) {
   const char* bandwidth_source = llc_bytes > 0 && probe_bytes <= llc_bytes ? "cache-resident" : "DRAM";
   const int tq = plan.tile_q, tkv = plan.tile_kv;
   char line[1024];
-  if (o.json) {
-    std::snprintf(line, sizeof line,
-                  "{\"version\": \"%s\", \"batch\": %lld, \"seq_q\": %lld, \"seq_kv\": %lld, \"num_heads\": %lld, "
-                  "\"num_kv_heads\": %lld, \"head_dim\": %lld, \"dtype\": \"%s\", \"out_dtype\": \"%s\", \"kv_dtype\": \"%s\", \"layout\": \"%s\", "
-                  "\"causal\": %s, \"mask\": %s, \"tile_q\": %d, \"tile_kv\": %d, \"tile_source\": \"%s\", "
-                  "\"l2_working_set_bytes\": %zu, \"l2_limit_bytes\": %zu, \"threads\": %d, \"core_occupancy_percent\": %.1f, \"num_splits\": %d, "
-                  "\"async_prefetch\": %s, \"kernel\": \"%s\", \"block_size\": %lld, ",
-                  fa::cli::kVersionTag, (long long)p.batch, (long long)Sq, (long long)Skv, (long long)H, (long long)Hkv,
-                  (long long)D, std::string(fa::dtype_name(o.dtype)).c_str(), std::string(fa::dtype_name(o.out_dtype)).c_str(),
-                  std::string(fa::dtype_name(kv_dtype)).c_str(), std::string(fa::layout_name(o.layout)).c_str(), p.causal ? "true" : "false",
-                  p.mask ? "true" : "false", tq, tkv, plan.source.c_str(), plan.working_set_bytes, plan.limit_bytes,
-                  used_threads, 100.0 * plan.occupancy, plan.num_splits, async_prefetch ? "true" : "false",
-                  kernel_id(isa, matrix).c_str(), static_cast<long long>(p.block_table ? p.block_size : 0));
-    std::cout << line;
-    std::snprintf(line, sizeof line,
-                  "\"latency_ms\": %.6f, \"latency_min_ms\": %.6f, \"latency_max_ms\": %.6f, \"runs\": %d, "
-                  "\"flops\": %.6e, \"throughput_tflops\": %.6f, \"peak_memory_mb\": %.3f",
-                  median, sorted.front(), sorted.back(), o.num_runs, flops, tflops, peak_mb);
-    std::cout << line;
+  if (o.json || !o.json_file.empty()) {
+    Json j;
+    j["version"] = fa::cli::kVersionTag;
+    j["batch"] = p.batch;
+    j["seq_q"] = Sq;
+    j["seq_kv"] = Skv;
+    j["num_heads"] = H;
+    j["num_kv_heads"] = Hkv;
+    j["head_dim"] = D;
+    j["dtype"] = fa::dtype_name(o.dtype);
+    j["out_dtype"] = fa::dtype_name(o.out_dtype);
+    j["kv_dtype"] = fa::dtype_name(kv_dtype);
+    j["layout"] = fa::layout_name(o.layout);
+    j["causal"] = p.causal;
+    j["mask"] = p.mask != nullptr;
+    j["tile_q"] = tq;
+    j["tile_kv"] = tkv;
+    j["tile_source"] = plan.source;
+    j["l2_working_set_bytes"] = plan.working_set_bytes;
+    j["l2_limit_bytes"] = plan.limit_bytes;
+    j["threads"] = used_threads;
+    j["core_occupancy_percent"] = 100.0 * plan.occupancy;
+    j["num_splits"] = plan.num_splits;
+    j["async_prefetch"] = async_prefetch;
+    j["kernel"] = kernel_id(isa, matrix);
+    j["block_size"] = p.block_table ? p.block_size : 0;
+    j["latency_ms"] = median;
+    j["latency_min_ms"] = sorted.front();
+    j["latency_max_ms"] = sorted.back();
+    j["runs"] = o.num_runs;
+    j["flops"] = flops;
+    j["throughput_tflops"] = tflops;
+    j["peak_memory_mb"] = peak_mb;
     if (o.append) {
-      std::snprintf(line, sizeof line, ", \"append_latency_ms\": %.6f, \"append_tokens\": %lld", append_median,
-                    static_cast<long long>(append_tokens));
-      std::cout << line;
+      j["append_latency_ms"] = append_median;
+      j["append_tokens"] = append_tokens;
     }
     if (o.probe) {
-      std::snprintf(line, sizeof line,
-                    ", \"peak_gflops\": %.3f, \"peak_before_gflops\": %.3f, \"peak_after_gflops\": %.3f, "
-                    "\"peak_unit\": \"%s\", \"utilization_percent\": %.3f",
-                    peak_gflops, peak_before, peak_after, unit_name(isa, matrix), utilization);
-      std::cout << line;
-      std::snprintf(line, sizeof line,
-                    ", \"bytes_moved\": %.6e, \"bandwidth_gbps\": %.3f, \"bandwidth_peak_gbps\": %.3f, "
-                    "\"bandwidth_before_gbps\": %.3f, \"bandwidth_after_gbps\": %.3f, \"bandwidth_percent\": %.3f, "
-                    "\"bandwidth_probe_bytes\": %zu, \"bandwidth_source\": \"%s\", \"memory_bound\": %s",
-                    traffic_bytes, bandwidth, bandwidth_peak, bandwidth_before, bandwidth_after, bandwidth_percent,
-                    probe_bytes, bandwidth_source, memory_bound ? "true" : "false");
-      std::cout << line;
+      j["peak_gflops"] = peak_gflops;
+      j["peak_before_gflops"] = peak_before;
+      j["peak_after_gflops"] = peak_after;
+      j["peak_unit"] = unit_name(isa, matrix);
+      j["utilization_percent"] = utilization;
+      j["bytes_moved"] = traffic_bytes;
+      j["bandwidth_gbps"] = bandwidth;
+      j["bandwidth_peak_gbps"] = bandwidth_peak;
+      j["bandwidth_before_gbps"] = bandwidth_before;
+      j["bandwidth_after_gbps"] = bandwidth_after;
+      j["bandwidth_percent"] = bandwidth_percent;
+      j["bandwidth_probe_bytes"] = probe_bytes;
+      j["bandwidth_source"] = bandwidth_source;
+      j["memory_bound"] = memory_bound;
     }
     if (o.check) {
-      std::snprintf(line, sizeof line,
-                    ", \"max_abs_error\": %.6e, \"rel_l2_error\": %.6e, \"inf_count\": %lld, \"nan_count\": %lld, "
-                    "\"check\": \"%s\"",
-                    ours.max_abs, ours.rel_l2, (long long)ours.inf, (long long)ours.nan, check_pass ? "PASS" : "FAIL");
-      std::cout << line;
+      j["max_abs_error"] = ours.max_abs;
+      j["rel_l2_error"] = ours.rel_l2;
+      j["inf_count"] = ours.inf;
+      j["nan_count"] = ours.nan;
+      j["check"] = check_pass ? "PASS" : "FAIL";
     }
-    std::cout << "}\n";
-  } else {
+    if (!o.output.empty()) j["output"] = o.output;
+    fa::cli::emit_json(j, o.json, o.json_file);
+  }
+  if (!o.json) {
     std::cout << fa::cli::kVersionTitle << " benchmark (" << fa::cli::kVersionTag << ")\n";
     // FA1 had no asynchronous prefetch: say so rather than drop the request silently.
     if (fa::cli::kVersion == fa::Version::kFA1 && p.async_prefetch.value_or(fa::default_async_prefetch())) {

@@ -42,6 +42,8 @@ def inputs(d, q=Q_BYTES, k=KV_BYTES, v=KV_BYTES):
 
 # name -> (function of the scratch dir returning extra args, text the message must contain)
 CASES = {
+    "json_file_dir_missing": (lambda d: [f"--json-file={d}/missing/r.json"], "--json-file: cannot write"),
+    "json_file_is_directory": (lambda d: [f"--json-file={d}"], "is a directory"),
     "input_size_mismatch": (lambda d: SHAPE + inputs(d, q=Q_BYTES - 2), "--input-q: "),
     "kv_size_mismatch": (lambda d: SHAPE + inputs(d, v=KV_BYTES + 64), "expected 3072 for"),
     "missing_file": (lambda d: SHAPE + inputs(d)[:1] + ["--input-k=/nonexistent/k.bin", "--input-v=/nonexistent/v.bin"],

@@ -35,6 +35,7 @@ double rel_l2_bound(DType dtype) {
     // and softmax are fp32, so the output's rounding to its dtype remains.
     case DType::kFP8E4M3:
     case DType::kFP8E5M2: return 1e-2;
+    case DType::kI8: break;  // a K/V cache dtype only: the bound is Q's
   }
   return 0.0;
 }

@@ -4,6 +4,8 @@
 // same code.
 #include "benchmark_options.h"
 
+#include "host_tensor.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -72,6 +74,7 @@ std::vector<FlagSpec> benchmark_flags() {
       {"reference", K::kString, "float64|naive-fp16|same-dtype",
        "with --check: also run a naive fp16 softmax (the guide's FP16 trap) or a same-dtype attention beside ours"},
       {"json", K::kBool, "", "print one JSON object instead of text lines"},
+      {"json-file", K::kString, "PATH", "also write the results as one JSON object to PATH (atomically; the text lines still print)"},
       {"help", K::kBool, "", "print this help"},
   };
 }
@@ -345,6 +348,7 @@ BenchmarkOptions read_benchmark_options(const Args& a) {
   }
   o.mask_path = a.str("causal-mask");
   o.output = a.str("output");
+  if (!o.output.empty()) check_destination(o.output, "output");
   if (a.has("isa")) {
     auto isa = fa::parse_isa(a.str("isa"));
     if (!isa) throw UsageError("--isa: unknown kernel path '" + a.str("isa") + "' (expected generic, avx2, avx512, avx512bf16 or amx)");
@@ -361,6 +365,11 @@ BenchmarkOptions read_benchmark_options(const Args& a) {
   }
   if (o.reference != "float64") o.check = true;
   o.json = a.flag("json");
+  o.json_file = a.str("json-file");
+  if (!o.json_file.empty()) check_destination(o.json_file, "json-file");
+  if (!o.json_file.empty() && o.sweep) {
+    throw UsageError("--json-file: not with --sweep (its --json prints a JSON line per tile)");
+  }
   return o;
 }
 

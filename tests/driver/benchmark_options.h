@@ -22,6 +22,7 @@ struct BenchmarkOptions {
   std::optional<fa::DType> kv_dtype;      // --kv-dtype: a quantized K/V cache
   fa::Layout layout = fa::Layout::kBSH;
   std::string input_q, input_k, input_v, mask_path, output;
+  std::string json_file;  // --json-file: the --json object, also written to this file
   int num_runs = 10, warmup_runs = 2;
   std::uint64_t seed = 1;
   bool check = false, json = false, probe = true;

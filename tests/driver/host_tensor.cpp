@@ -75,6 +75,22 @@ HostBuffer read_exact(const std::string& path, std::size_t bytes, const std::str
   return buf;
 }
 
+void check_destination(const std::string& path, const std::string& flag) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISDIR(st.st_mode)) throw UsageError("--" + flag + ": '" + path + "' is a directory (expected a file path)");
+    return;  // /dev/null, a pipe: written in place
+  }
+  const std::size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw UsageError("--" + flag + ": cannot write '" + path + "': directory '" + dir + "' does not exist");
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw UsageError("--" + flag + ": cannot write '" + path + "': directory '" + dir + "' is not writable");
+  }
+}
+
 void write_atomic(const std::string& path, const void* data, std::size_t bytes, const std::string& flag) {
   struct stat st;
   const bool exists = ::stat(path.c_str(), &st) == 0;

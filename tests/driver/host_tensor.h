@@ -54,6 +54,10 @@ HostBuffer read_exact(const std::string& path, std::size_t bytes, const std::str
 // temporary file beside it, renamed over `path` when complete.  Paths that are
 // not regular files (/dev/null) are written directly.  Throws UsageError.
 void write_atomic(const std::string& path, const void* data, std::size_t bytes, const std::string& flag);
+// Throws UsageError (naming --flag) when `path` could not be written: its
+// directory missing or read-only, or `path` a directory.  Checked before a
+// run, so a run never ends with some of its files written and others not.
+void check_destination(const std::string& path, const std::string& flag);
 
 // MemAvailable from /proc/meminfo, or 0 when unknown.
 std::size_t available_memory_bytes();

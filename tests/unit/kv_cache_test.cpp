@@ -169,7 +169,9 @@ TEST(AppendKvCache, QuantizesIntoInt8AndFp8Caches) {
                                                            std::tuple{&v_cache, &v_scale, &v_new, vn}}) {
               const std::int8_t* row = cache->data() + kc.offset(b, h, s, 0);
               const float row_scale = (*scale)[static_cast<std::size_t>(scale_view.offset(b, h, s, 0))];
-              if (from < 0 || cache_dtype != DType::kI8) EXPECT_EQ(row_scale, -1.0f) << what;  // no scale written
+              if (from < 0 || cache_dtype != DType::kI8) {
+                EXPECT_EQ(row_scale, -1.0f) << what;  // no scale written
+              }
               if (from < 0) {  // untouched
                 for (std::int64_t d = 0; d < kDim; ++d) EXPECT_EQ(row[d], 5) << what;
                 continue;
