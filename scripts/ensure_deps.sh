@@ -34,13 +34,20 @@ fa_cmake_recent_enough() {
   [ "${1:-0}" -gt 3 ] || { [ "${1:-0}" -eq 3 ] && [ "${2:-0}" -ge 20 ]; }
 }
 
-# cmake >= 3.20, g++ with C++20, make.
+fa_header_present() {  # path under include/
+  [ -f "/usr/include/$1" ] || [ -f "/usr/local/include/$1" ]
+}
+
+# cmake >= 3.20, g++ with C++20, make; the drivers' JSON (--json, config
+# files) and YAML (config files) parsers.
 fa_ensure_build_deps() {
   local need=()
   fa_cmake_recent_enough || need+=(cmake)
   command -v g++ >/dev/null 2>&1 || need+=(g++)
   command -v gcc >/dev/null 2>&1 || need+=(gcc)
   command -v make >/dev/null 2>&1 || need+=(make)
+  fa_header_present nlohmann/json.hpp || need+=(nlohmann-json3-dev)
+  fa_header_present yaml-cpp/yaml.h || need+=(libyaml-cpp-dev)
   [ ${#need[@]} -eq 0 ] || fa_apt_install "${need[@]}" || return 1
   fa_cmake_recent_enough || { fa_log "cmake >= 3.20 is required (found: $(cmake --version | head -n1))"; return 1; }
 }
@@ -48,9 +55,11 @@ fa_ensure_build_deps() {
 # GoogleTest headers and CMake package.
 fa_ensure_test_deps() {
   fa_ensure_build_deps || return 1
-  if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f /usr/local/include/gtest/gtest.h ]; then
-    fa_apt_install libgtest-dev || return 1
-  fi
+  local need=()
+  fa_header_present gtest/gtest.h || need+=(libgtest-dev)
+  # The install's consumer test builds with pkg-config too.
+  command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+  [ ${#need[@]} -eq 0 ] || fa_apt_install "${need[@]}" || return 1
 }
 
 # clang and its libFuzzer runtime, for the fuzzing harnesses (CTest label

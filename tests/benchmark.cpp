@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../flash_attention/common/dtype_convert.h"
+#include "driver/benchmark_config.h"
 #include "driver/benchmark_options.h"
 #include "driver/cli_args.h"
 #include "driver/host_tensor.h"
@@ -223,7 +224,32 @@ int run(int argc, char** argv) {
     std::cout << fa::cli::kVersionTitle << " forward benchmark\n" << args.help_text();
     return 0;
   }
-  BenchmarkOptions o = fa::cli::read_benchmark_options(args);
+  // --config FILE: the file's settings as flags before the command line's
+  // own, which win.
+  fa::cli::ConfigFlags config;
+  const std::vector<std::string> command_line(argv + 1, argv + argc);
+  if (args.has("config")) {
+    config = fa::cli::read_benchmark_config(args.str("config"), fa::cli::kVersion);
+    std::vector<std::string> merged = fa::cli::merge_config_flags(config, command_line);
+    std::vector<char*> merged_argv{argv[0]};
+    for (std::string& arg : merged) merged_argv.push_back(arg.data());
+    Args with_config(std::string(fa::cli::kVersionTag) + "_benchmark", fa::cli::benchmark_flags());
+    try {
+      with_config.parse(static_cast<int>(merged_argv.size()), merged_argv.data());
+    } catch (const UsageError& e) {
+      throw UsageError(fa::cli::name_config_key(config, command_line, e.what()));
+    }
+    args = std::move(with_config);
+  }
+  BenchmarkOptions o;
+  try {
+    o = fa::cli::read_benchmark_options(args);
+  } catch (const UsageError& e) {
+    throw UsageError(fa::cli::name_config_key(config, command_line, e.what()));
+  }
+  // The file's keys that mean nothing here, once each (after the options
+  // are known good: a refused run prints its one error line only).
+  for (const std::string& w : config.warnings) std::cerr << "warning: " << w << "\n";
   fa::cli::bind_pointers(o);
   fa::AttentionParams& p = o.params;
   fa::Isa isa;

@@ -41,7 +41,28 @@ def inputs(d, q=Q_BYTES, k=KV_BYTES, v=KV_BYTES):
 
 
 # name -> (function of the scratch dir returning extra args, text the message must contain)
+def config(d, name, text):
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return [f"--config={path}"]
+
+
 CASES = {
+    "config_malformed_json": (lambda d: config(d, "c.json", '{\n  "model_config": {\n    "seq_len": 64,,\n  }\n}\n'),
+                              "malformed JSON at line 3, column 19"),
+    "config_malformed_yaml": (lambda d: config(d, "c.yaml", "model:\n  num_heads: [2\n  head_dim: 16\n"),
+                              "malformed YAML at line"),
+    "config_unknown_key": (lambda d: config(d, "c.yaml", "flash_attention:\n  tile_qq: 64\n"),
+                           "flash_attention.tile_qq (line 2, column 3): unknown key (expected one of: version, tile_q"),
+    "config_wrong_type": (lambda d: config(d, "c.json", '{"model_config": {"num_heads": "two"}}'),
+                          "model_config.num_heads: expected an integer, got \"two\""),
+    "config_bad_value": (lambda d: config(d, "c.json", '{"flash_attention_config": {"tile_q": 100}}'),
+                         "(from --config"),
+    "config_other_version": (lambda d: config(d, "c.yaml", "flash_attention:\n  version: 7\n"),
+                             "flash_attention.version (line 2, column 3): 7 is not a FlashAttention version"),
+    "config_not_json_or_yaml": (lambda d: config(d, "c.ini", "[model]\n"), "neither .json nor .yaml"),
+    "config_missing": (lambda d: ["--config=/nonexistent/c.json"], "--config: cannot open '/nonexistent/c.json'"),
     "json_file_dir_missing": (lambda d: [f"--json-file={d}/missing/r.json"], "--json-file: cannot write"),
     "json_file_is_directory": (lambda d: [f"--json-file={d}"], "is a directory"),
     "input_size_mismatch": (lambda d: SHAPE + inputs(d, q=Q_BYTES - 2), "--input-q: "),

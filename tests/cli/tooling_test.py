@@ -206,6 +206,49 @@ def case_regression_test(work, _):
         one_line_error(run(["bash", script("regression_test.sh"), "--versions", "4"]), "--versions", "'4'")
 
 
+# --- configs/ and --config (blocks 11 and 12) ---------------------------------
+
+def bench_json(benchmark, *args):
+    import json
+    p = run([benchmark, *args, "--num-runs=1", "--warmup-runs=0", "--no-probe", "--json"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+
+
+def case_benchmark_config_files(work, benchmark):
+    configs = os.path.join(ROOT, "configs")
+    # The long-sequence config, at a shorter length given on the command
+    # line (which wins) and the config's tiles, dtype and prefetch.
+    r, err = bench_json(benchmark, f"--config={configs}/long_sequence_config.json", "--seq-q=256", "--num-heads=2")
+    assert (r["seq_q"], r["seq_kv"], r["num_heads"], r["head_dim"], r["batch"]) == (256, 256, 2, 128, 1), r
+    assert (r["dtype"], r["tile_q"], r["tile_kv"], r["causal"], r["async_prefetch"]) == ("bf16", 256, 128, False, True), r
+    for key in ("memory_optimization.max_kv_cache_length", "memory_optimization.preallocate_kv_cache", "profiling"):
+        assert f"long_sequence_config.json: {key}" in err, err
+    assert len(err.strip().splitlines()) == 3, f"one warning per meaningless key, nothing else: {err}"
+    # --no-async on the command line beats the file's enable_async.
+    r, _ = bench_json(benchmark, f"--config={configs}/long_sequence_config.json", "--seq-q=64", "--num-heads=1",
+                      "--no-async")
+    assert r["async_prefetch"] is False, r
+    # The mixed-precision YAML: bf16, causal, 128x64 tiles, 32 heads of 128.
+    r, err = bench_json(benchmark, f"--config={configs}/mixed_precision_config.yaml", "--seq-q=64", "--batch-size=1")
+    assert (r["dtype"], r["causal"], r["tile_q"], r["tile_kv"], r["num_heads"], r["head_dim"]) == \
+        ("bf16", True, 128, 64, 32, 128), r
+    for key in ("model.num_layers", "precision_strategy.gemm_compute", "precision_strategy.layer_overrides",
+                "loss_scaling", "performance.enable_kernel_fusion", "performance.fusion_list",
+                "precision_strategy.attention_compute.softmax_dtype"):
+        assert re.search(rf"warning: .*mixed_precision_config.yaml: {re.escape(key)} \(line \d+, column \d+\)", err), \
+            f"{key}: {err}"
+    # --json-file beside the text lines: the same object, indented.
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "r.json")
+        p = run([benchmark, "--seq-q=64", "--num-heads=1", "--num-runs=1", "--warmup-runs=0", "--no-probe",
+                 f"--json-file={path}"])
+        assert p.returncode == 0 and "Throughput:" in p.stdout, p.stdout + p.stderr
+        import json
+        r = json.load(open(path))
+        assert r["seq_q"] == 64 and r["throughput_tflops"] > 0, r
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 

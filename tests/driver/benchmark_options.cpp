@@ -74,6 +74,7 @@ std::vector<FlagSpec> benchmark_flags() {
       {"reference", K::kString, "float64|naive-fp16|same-dtype",
        "with --check: also run a naive fp16 softmax (the guide's FP16 trap) or a same-dtype attention beside ours"},
       {"json", K::kBool, "", "print one JSON object instead of text lines"},
+      {"config", K::kString, "PATH", "settings from a JSON (.json) or YAML (.yaml) file, e.g. configs/long_sequence_config.json; flags on the command line win"},
       {"json-file", K::kString, "PATH", "also write the results as one JSON object to PATH (atomically; the text lines still print)"},
       {"help", K::kBool, "", "print this help"},
   };
