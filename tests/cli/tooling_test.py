@@ -249,6 +249,62 @@ def case_benchmark_config_files(work, benchmark):
         assert r["seq_q"] == 64 and r["throughput_tflops"] > 0, r
 
 
+# --- run_fa2_benchmark.sh (block 2) -----------------------------------------
+
+def case_benchmark_runner(work, benchmark):
+    with tempfile.TemporaryDirectory() as d:
+        common = ["bash", script("run_fa2_benchmark.sh"), "--binary", benchmark, "--data-dir", f"{d}/data",
+                  "--output-dir", f"{d}/results", "--seq-q", "96", "--heads", "2", "--num-runs", "2",
+                  "--warmup-runs", "0"]
+        p = run(common + ["--variants", "--verify", "--", "--no-probe"])
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert p.stdout.count("Status: PASS") == 4, p.stdout
+        summary = p.stdout[p.stdout.index("Summary ("):].splitlines()[1:]
+        tiles = [re.match(r"\s+tile\s+(\d+)x(\d+)\s", line).groups() for line in summary]
+        assert tiles == [("128", "64"), ("64", "64"), ("128", "128"), ("256", "128")], summary
+        assert sum("<- best" in line for line in summary) == 1, summary
+        name = "b2_s96_h2_d64_tq128_tkv64_fp16"
+        for f in (f"output_{name}.bin", f"benchmark_log_{name}.txt", f"result_{name}.json"):
+            assert os.path.exists(os.path.join(d, "results", f)), f
+        assert "Throughput:" in open(os.path.join(d, "results", f"benchmark_log_{name}.txt")).read()
+        # A run that fails fails the script.
+        p = run(common + ["--", "--isa=sse9"])
+        assert p.returncode == 1 and "FAILED: tile 128x64" in p.stdout, p.stdout + p.stderr
+        one_line_error(run(common + ["--dtype", "int4"]), "--dtype", "int4")
+        one_line_error(run(["bash", script("run_fa2_benchmark.sh"), "--binary", "/nonexistent/fa2_benchmark"]),
+                       "--binary", "not an executable")
+
+
+# --- Dockerfile (block 13) ---------------------------------------------------
+
+def case_dockerfile(work, _):
+    """No Docker daemon here: check what the Dockerfile copies and runs
+    exists, that its RUN steps are the scripts the other cases test, and
+    that the runtime stage installs no compiler."""
+    text = open(os.path.join(ROOT, "Dockerfile")).read()
+    stages = re.split(r"^FROM ", text, flags=re.M)[1:]
+    assert len(stages) == 2, "a build stage and a runtime stage"
+    for line in re.findall(r"^COPY (?!--from)(.+)$", text, flags=re.M):
+        for source in line.split()[:-1]:
+            assert os.path.exists(os.path.join(ROOT, source)), f"COPY {source}: not in the repository"
+    runs = re.findall(r"^RUN bash (scripts/\S+)", text, flags=re.M)
+    assert runs == ["scripts/env_health_check.sh", "scripts/build_flash_attention.sh", "scripts/post_build_check.sh"], runs
+    for r in runs:
+        assert os.access(os.path.join(ROOT, r), os.X_OK), f"{r} is not an executable script"
+    build_cmd = re.search(r"^RUN bash scripts/build_flash_attention.sh (.+)$", text, flags=re.M).group(1).split()
+    assert build_cmd[2] == "/opt/flash_attention" and "--no-install" in build_cmd, build_cmd
+    runtime = stages[1]
+    packages = " ".join(re.findall(r"apt-get install[^\n]*\n((?:\s+[^\n]*\\\n)*)", runtime)[0].split())
+    for compiler in ("g++", "gcc", "cmake", "clang", "build-essential", "make "):
+        assert compiler not in packages + " ", f"the runtime image installs {compiler}: {packages}"
+    # The runtime stage needs the libraries the installed binaries load.
+    install = install_dir(work)
+    if os.path.exists(os.path.join(install, "bin", "fa2_benchmark")):
+        libs = run(["ldd", os.path.join(install, "bin", "fa2_benchmark")]).stdout
+        if "libyaml-cpp" in libs:
+            assert "libyaml-cpp0" in packages, f"fa2_benchmark loads yaml-cpp; the runtime installs: {packages}"
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
