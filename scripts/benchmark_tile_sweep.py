@@ -22,6 +22,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa_charts  # noqa: E402
 import fa_data  # noqa: E402
 
 GUIDE_GRID = [(q, kv) for q in (64, 128, 256) for kv in (32, 64, 128)]
@@ -142,6 +143,50 @@ def print_rows(rows):
         print(f"{r['tile_q']:>8} {r['tile_kv']:>8} {tput:>16} {r['status']:>14}")
 
 
+def heatmap(sweeps, base_path):
+    """One heat map of throughput over Tile_Q x Tile_KV per sweep (dataset and
+    dtype); plans the planner refuses (EXCEEDS_LIMIT) are blank cells saying
+    so, tiles not in the list blank."""
+    plt = fa_charts.pyplot()
+    if plt is None:
+        return [fa_charts.SKIPPED]
+    n = len(sweeps)
+    cols = min(n, 3)
+    fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(4.2 * cols, 3.4 * ((n + cols - 1) // cols)),
+                             squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    for ax, (labels, rows) in zip(axes.flat, sweeps):
+        qs = sorted({r["tile_q"] for r in rows})
+        kvs = sorted({r["tile_kv"] for r in rows})
+        grid = [[float("nan")] * len(kvs) for _ in qs]
+        status = {}
+        for r in rows:
+            status[(qs.index(r["tile_q"]), kvs.index(r["tile_kv"]))] = r["status"]
+            if r["status"] == "OK":
+                grid[qs.index(r["tile_q"])][kvs.index(r["tile_kv"])] = r["throughput_tflops"]
+        image = ax.imshow(grid, cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(kvs)), [str(k) for k in kvs])
+        ax.set_yticks(range(len(qs)), [str(q) for q in qs])
+        ax.set_xlabel("Tile_KV")
+        ax.set_ylabel("Tile_Q")
+        ok = [v for line in grid for v in line if v == v]
+        for y, line in enumerate(grid):
+            for x, value in enumerate(line):
+                if value != value:  # NaN: refused by the planner, or not in the list
+                    if status.get((y, x)) == "EXCEEDS_LIMIT":
+                        ax.text(x, y, "exceeds\nL2 limit", ha="center", va="center", fontsize=7, color="dimgray")
+                    continue
+                bright = value > (min(ok) + max(ok)) / 2
+                ax.text(x, y, f"{value:.3f}", ha="center", va="center", fontsize=8, color="black" if bright else "white")
+        ax.set_title(" ".join(labels) if labels else "tile sweep (TFLOPS)")
+        fig.colorbar(image, ax=ax, label="TFLOPS")
+    fig.tight_layout()
+    paths = fa_charts.save(fig, base_path)
+    plt.close(fig)
+    return [f"chart: {path}" for path in paths]
+
+
 def main():
     p = argparse.ArgumentParser(description="Sweep FlashAttention tile sizes on this machine.")
     p.add_argument("--binary", default="./tests/fa2_benchmark")
@@ -151,6 +196,8 @@ def main():
     p.add_argument("--num-runs", type=int, default=10)
     p.add_argument("--warmup-runs", type=int, default=2)
     p.add_argument("--no-cache-update", action="store_true", help="do not write the tuning cache")
+    p.add_argument("--no-chart", action="store_true",
+                   help="skip the heat map (written beside --output as <name>_heatmap.png and .svg)")
     a = p.parse_args()
     try:
         if not os.access(a.binary, os.X_OK):
@@ -183,12 +230,14 @@ def main():
             jobs.append(([], args, GUIDE_GRID))
 
         lines = []
+        sweeps = []
         header = ("dataset,dtype," if a.config else "") + "tile_q,tile_kv,throughput,status"
         for labels, args, tiles in jobs:
             if labels:
                 print(f"\n== {labels[0]} {labels[1]}")
             rows, best = run_sweep(a.binary, args, tiles, a.num_runs, a.warmup_runs, not a.no_cache_update, env)
             print_rows(rows)
+            sweeps.append((labels, rows))
             for r in rows:
                 tput = f"{r['throughput_tflops']:.6f}" if r["status"] == "OK" else "N/A"
                 lines.append(",".join(labels + [str(r["tile_q"]), str(r["tile_kv"]), tput, r["status"]]))
@@ -197,6 +246,9 @@ def main():
                       f"@ {best['best_throughput_tflops']:.5f} TFLOPS ({best['kernel']})")
         fa_data.write_atomic(a.output, (header + "\n" + "\n".join(lines) + "\n").encode())
         print(f"\nResults saved to: {a.output}")
+        if not a.no_chart:
+            for line in heatmap(sweeps, os.path.splitext(a.output)[0] + "_heatmap"):
+                print(line)
     except fa_data.InputError as e:
         fa_data.fail_input(str(e))
 

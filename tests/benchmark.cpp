@@ -26,6 +26,7 @@
 #include "driver/paged_cache.h"
 #include "driver/quantized_cache.h"
 #include "driver/report.h"
+#include "driver/trace.h"
 #include "driver/version_entry.h"
 
 namespace {
@@ -452,12 +453,15 @@ int run(int argc, char** argv) {
 
   // Warm-up and timed runs of one configuration; run 0 always uses set 0,
   // whose output is written and checked.
-  auto time_runs = [&](const fa::AttentionParams& params) {
+  // With `profiles`, each timed call records its items (--profile).
+  auto time_runs = [&](const fa::AttentionParams& params, std::vector<fa::CallProfile>* profiles = nullptr) {
     std::vector<double> times;
+    fa::AttentionParams call = params;
     for (int r = 0; r < o.warmup_runs + o.num_runs; ++r) {
       const fa::AttentionTensors t = tensors_for(r % sets);
+      if (profiles && r >= o.warmup_runs) call.profile = &profiles->emplace_back();
       const auto start = std::chrono::steady_clock::now();
-      const fa::Status status = fa::cli::kForward(params, t);
+      const fa::Status status = fa::cli::kForward(call, t);
       const auto stop = std::chrono::steady_clock::now();
       if (!status.ok()) throw UsageError(status.message());
       if (r >= o.warmup_runs) times.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
@@ -470,7 +474,8 @@ int run(int argc, char** argv) {
   const double flops = 4.0 * pair_batches * double(H) * double(D) * double(fa::attended_pairs(p));
   if (o.sweep) return run_sweep(o, p, isa, flops, time_runs);
 
-  const std::vector<double> times_ms = time_runs(p);
+  std::vector<fa::CallProfile> profiles;
+  const std::vector<double> times_ms = time_runs(p, o.profile_dir.empty() ? nullptr : &profiles);
   const double peak_after = o.probe ? measure_peak() : 0.0;
   const double peak_gflops = std::max(peak_before, peak_after);
   const double bandwidth_after = o.probe ? measure_bandwidth() : 0.0;
@@ -562,7 +567,8 @@ int run(int argc, char** argv) {
   const char* bandwidth_source = llc_bytes > 0 && probe_bytes <= llc_bytes ? "cache-resident" : "DRAM";
   const int tq = plan.tile_q, tkv = plan.tile_kv;
   char line[1024];
-  if (o.json || !o.json_file.empty()) {
+  std::string trace_path;
+  if (o.json || !o.json_file.empty() || !o.profile_dir.empty()) {
     Json j;
     j["version"] = fa::cli::kVersionTag;
     j["batch"] = p.batch;
@@ -588,6 +594,7 @@ int run(int argc, char** argv) {
     j["async_prefetch"] = async_prefetch;
     j["kernel"] = kernel_id(isa, matrix);
     j["block_size"] = p.block_table ? p.block_size : 0;
+    j["work_items"] = plan.work_items;
     j["latency_ms"] = median;
     j["latency_min_ms"] = sorted.front();
     j["latency_max_ms"] = sorted.back();
@@ -623,6 +630,14 @@ int run(int argc, char** argv) {
       j["check"] = check_pass ? "PASS" : "FAIL";
     }
     if (!o.output.empty()) j["output"] = o.output;
+    if (!o.profile_dir.empty()) {
+      fa::cli::TraceInfo info;
+      info.program = std::string(fa::cli::kVersionTag) + "_benchmark";
+      info.run = j;
+      info.host_bytes = static_cast<std::size_t>(sets) * set_bytes + mask_bytes + lse_bytes;
+      trace_path = fa::cli::write_trace(o.profile_dir, info.program, fa::cli::chrome_trace(profiles, info));
+      j["profile"] = trace_path;
+    }
     fa::cli::emit_json(j, o.json, o.json_file);
   }
   if (!o.json) {
@@ -697,6 +712,10 @@ int run(int argc, char** argv) {
       std::cout << "Check: " << (check_pass ? "PASS" : "FAIL") << "\n";
     }
     if (!o.output.empty()) std::cout << "Output saved to: " << o.output << "\n";
+    if (!trace_path.empty()) {
+      std::cout << "Profile: " << trace_path << " (Chrome trace of the " << o.num_runs << " timed calls, "
+                << plan.work_items << " work items each; open in ui.perfetto.dev or chrome://tracing)\n";
+    }
   }
   return check_pass ? 0 : 1;
 }

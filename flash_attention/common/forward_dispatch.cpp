@@ -5,6 +5,9 @@
 // to the path's KernelTable, which runs the version's loop (kernels/<isa>/,
 // compiled once per version); then combines split-KV partials.  Linked into
 // each version's library, whose kernel tables hold that version's loop.
+#include <x86intrin.h>
+
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -151,8 +154,7 @@ bool stage_timing() {
 }
 
 void print_stage_times(Version version, const char* path, const std::uint64_t* cycles) {
-  static const char* const kNames[kStageCount] = {"Q+state", "K/V", "Q*K^T", "softmax",
-                                                          "rescale", "P*V", "epilogue"};
+  const auto& kNames = kProfileStageNames;
   std::uint64_t total = 0;
   for (int i = 0; i < kStageCount; ++i) total += cycles[i];
   if (total == 0) {
@@ -170,6 +172,66 @@ void print_stage_times(Version version, const char* path, const std::uint64_t* c
                std::string(version_name(version)).c_str(), path, line.c_str());
 }
 
+
+// TSC ticks per microsecond, measured once against the steady clock.
+double tsc_ticks_per_us() {
+  static const double rate = [] {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::uint64_t c0 = __rdtsc();
+    auto t1 = t0;
+    while (t1 - t0 < std::chrono::milliseconds(5)) t1 = std::chrono::steady_clock::now();
+    const std::uint64_t c1 = __rdtsc();
+    return double(c1 - c0) / std::chrono::duration<double, std::micro>(t1 - t0).count();
+  }();
+  return rate;
+}
+
+double steady_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// AttentionParams::profile: a record per item of the call's parallel loop
+// (the scheduler fills them), turned into the caller's CallProfile at the end.
+class CallRecorder {
+ public:
+  explicit CallRecorder(CallProfile* out) : out_(out) {
+    if (out_) *out_ = CallProfile{};
+  }
+  // Before the loop: `items` zeroed records (null when not profiling).
+  ItemRecord* begin(std::int64_t items) {
+    if (!out_) return nullptr;
+    records_.assign(static_cast<std::size_t>(items), ItemRecord{});
+    start_us_ = steady_us();
+    start_tsc_ = __rdtsc();
+    return records_.data();
+  }
+  // After the loop and the combine.
+  void end(const char* kernel, int threads, std::size_t workspace_bytes) {
+    if (!out_) return;
+    const double per_us = tsc_ticks_per_us();
+    const double end_us = double(__rdtsc() - start_tsc_) / per_us;
+    out_->start_us = start_us_;
+    out_->duration_us = end_us;
+    out_->threads = threads;
+    out_->kernel = kernel;
+    out_->workspace_bytes = workspace_bytes;
+    out_->items.resize(records_.size());
+    for (std::size_t i = 0; i < records_.size(); ++i) {
+      const ItemRecord& r = records_[i];
+      ItemProfile& item = out_->items[i];
+      item.thread = r.worker;
+      item.start_us = double(std::int64_t(r.begin - start_tsc_)) / per_us;
+      item.end_us = double(std::int64_t(r.end - start_tsc_)) / per_us;
+      for (int k = 0; k < kStageCount; ++k) item.stage_us[k] = double(r.stage_cycles[k]) / per_us;
+    }
+  }
+
+ private:
+  CallProfile* out_;
+  std::vector<ItemRecord> records_;
+  double start_us_ = 0;
+  std::uint64_t start_tsc_ = 0;
+};
 
 // The job's shape and plan (what sizes its workspace), every other field
 // zero: run_forward fills in the tensors and options.
@@ -335,9 +397,13 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
   }
   std::uint64_t stage_cycles[kStageCount] = {};
   job.stage_cycles = stage_timing() ? stage_cycles : nullptr;
+  CallRecorder recorder(p.profile);
+  const std::size_t workspace_bytes = bytes + (kv_pack ? pack_bytes : 0);
   if (!per_sequence_call(p)) {
+    job.item_records = recorder.begin(table->items(job));
     table->run(&job, nullptr, 1);
     if (job.num_splits > 1) combine_splits(&job, 1, plan.threads);
+    recorder.end(table->name, plan.threads, workspace_bytes);
     if (job.stage_cycles) print_stage_times(version, table->name, stage_cycles);
     return Status::Ok();
   }
@@ -398,8 +464,11 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
     jobs.push_back(sj);
     ends.push_back(total += table->items(sj));
   }
+  ItemRecord* records = recorder.begin(total);
+  for (AttentionJob& sj : jobs) sj.item_records = records;
   if (total > 0) table->run(jobs.data(), ends.data(), jobs.size());
   combine_splits(jobs.data(), jobs.size(), plan.threads);
+  recorder.end(table->name, plan.threads, workspace_bytes);
   if (job.stage_cycles) print_stage_times(version, table->name, stage_cycles);
   return Status::Ok();
 }

@@ -32,6 +32,15 @@ enum TileStage : int {
   kStageCount
 };
 
+static_assert(kStageCount == kProfileStages, "the profile reports every stage of the tile loops");
+
+// AttentionParams::profile: what the scheduler records of one item (TSC).
+struct ItemRecord {
+  std::uint64_t begin, end;
+  std::uint64_t stage_cycles[kStageCount];
+  std::int32_t worker;
+};
+
 // Everything a version's tile loop needs, resolved once by the dispatcher
 // (common/forward_dispatch.cpp), so the per-ISA code touches no optional or
 // inline helper of the public API.
@@ -110,6 +119,9 @@ struct AttentionJob {
   // FA_STAGE_TIMING: kStageCount cycle counters the tile loops add to (null:
   // not timed; the row path for short Q tiles is never timed).
   std::uint64_t* stage_cycles;
+  // AttentionParams::profile: one zeroed record per item of the parallel
+  // loop, indexed by its item number (null: not profiling).
+  ItemRecord* item_records;
 };
 
 struct KernelTable {

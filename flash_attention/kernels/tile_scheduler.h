@@ -10,6 +10,7 @@
 #pragma once
 
 #include "../common/thread_pool.h"
+#include "stage_laps.h"
 #include "tile_mask.h"
 
 namespace fa::FA_KERNEL_NS {
@@ -73,12 +74,29 @@ inline TileItem tile_item(const AttentionJob& job, std::int64_t q_tile, std::int
 // (variable-length sequences): one item space, the job found by binary
 // search over the running item counts `ends` (computed by the caller: no
 // container code in a file built with wide-vector flags).
+//
+// AttentionParams::profile (job.item_records set): each item's worker, TSC
+// span and stage laps are recorded under its number in the loop.
+template <class Run>
+inline void run_item_recorded(const AttentionJob& job, std::int64_t item, int worker, const Run& run) {
+  if (!job.item_records) return run();
+  detail::ItemRecord& record = job.item_records[item];
+  record.worker = worker;
+  tls_item_stage_cycles = record.stage_cycles;
+  record.begin = __rdtsc();
+  run();
+  record.end = __rdtsc();
+  tls_item_stage_cycles = nullptr;
+}
+
 template <class Loop, DType DT, bool kPrefetch>
 void run_all(const AttentionJob* jobs, const std::int64_t* ends, std::size_t count) {
   const AttentionJob& first = jobs[0];
   if (count == 1) {
     detail::ThreadPool::global().parallel_for(Loop::items(first), first.threads, [&first](std::int64_t item, int worker) {
-      Loop::template run_item<DT, kPrefetch>(first, item, first.scratch + first.per_thread_floats * worker);
+      run_item_recorded(first, item, worker, [&] {
+        Loop::template run_item<DT, kPrefetch>(first, item, first.scratch + first.per_thread_floats * worker);
+      });
     });
     return;
   }
@@ -89,8 +107,10 @@ void run_all(const AttentionJob* jobs, const std::int64_t* ends, std::size_t cou
       if (ends[mid] > item) hi = mid; else lo = mid + 1;
     }
     const AttentionJob& job = jobs[lo];
-    Loop::template run_item<DT, kPrefetch>(job, item - (lo == 0 ? 0 : ends[lo - 1]),
-                                           job.scratch + job.per_thread_floats * worker);
+    run_item_recorded(first, item, worker, [&] {
+      Loop::template run_item<DT, kPrefetch>(job, item - (lo == 0 ? 0 : ends[lo - 1]),
+                                             job.scratch + job.per_thread_floats * worker);
+    });
   });
 }
 

@@ -208,9 +208,9 @@ def case_regression_test(work, _):
 
 # --- configs/ and --config (blocks 11 and 12) ---------------------------------
 
-def bench_json(benchmark, *args):
+def bench_json(benchmark, *args, cwd=None):
     import json
-    p = run([benchmark, *args, "--num-runs=1", "--warmup-runs=0", "--no-probe", "--json"])
+    p = run([benchmark, "--num-runs=1", "--warmup-runs=0", "--no-probe", *args, "--json"], cwd=cwd)
     assert p.returncode == 0, p.stdout + p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
 
@@ -219,15 +219,22 @@ def case_benchmark_config_files(work, benchmark):
     configs = os.path.join(ROOT, "configs")
     # The long-sequence config, at a shorter length given on the command
     # line (which wins) and the config's tiles, dtype and prefetch.
-    r, err = bench_json(benchmark, f"--config={configs}/long_sequence_config.json", "--seq-q=256", "--num-heads=2")
+    # Its profiling section writes the trace into ./profiling_results.
+    with tempfile.TemporaryDirectory() as d:
+        r, err = bench_json(benchmark, f"--config={configs}/long_sequence_config.json", "--seq-q=256", "--num-heads=2",
+                            cwd=d)
+        assert os.path.isfile(os.path.join(d, "profiling_results", "fa2_benchmark_trace.json")), os.listdir(d)
     assert (r["seq_q"], r["seq_kv"], r["num_heads"], r["head_dim"], r["batch"]) == (256, 256, 2, 128, 1), r
     assert (r["dtype"], r["tile_q"], r["tile_kv"], r["causal"], r["async_prefetch"]) == ("bf16", 256, 128, False, True), r
-    for key in ("memory_optimization.max_kv_cache_length", "memory_optimization.preallocate_kv_cache", "profiling"):
+    assert r["profile"] == "./profiling_results/fa2_benchmark_trace.json", r
+    for key in ("memory_optimization.max_kv_cache_length", "memory_optimization.preallocate_kv_cache",
+                "profiling.trace_level", "profiling.include_tc_utilization"):
         assert f"long_sequence_config.json: {key}" in err, err
-    assert len(err.strip().splitlines()) == 3, f"one warning per meaningless key, nothing else: {err}"
+    assert len(err.strip().splitlines()) == 4, f"one warning per meaningless key, nothing else: {err}"
     # --no-async on the command line beats the file's enable_async.
-    r, _ = bench_json(benchmark, f"--config={configs}/long_sequence_config.json", "--seq-q=64", "--num-heads=1",
-                      "--no-async")
+    with tempfile.TemporaryDirectory() as d:
+        r, _ = bench_json(benchmark, f"--config={configs}/long_sequence_config.json", "--seq-q=64", "--num-heads=1",
+                          "--no-async", cwd=d)
     assert r["async_prefetch"] is False, r
     # The mixed-precision YAML: bf16, causal, 128x64 tiles, 32 heads of 128.
     r, err = bench_json(benchmark, f"--config={configs}/mixed_precision_config.yaml", "--seq-q=64", "--batch-size=1")
@@ -247,6 +254,109 @@ def case_benchmark_config_files(work, benchmark):
         import json
         r = json.load(open(path))
         assert r["seq_q"] == 64 and r["throughput_tflops"] > 0, r
+
+
+# --- --profile: a Chrome trace of the timed calls ---------------------------
+
+def case_benchmark_profile_trace(work, benchmark):
+    import json
+    with tempfile.TemporaryDirectory() as d:
+        runs = 3
+        # A causal call (items of different lengths) and a decoding call with
+        # split-KV and GQA (the row path, not lapped), both per thread.
+        for args in (["--seq-q=300", "--num-heads=3", "--head-dim=64", "--dtype=bf16", "--causal"],
+                     ["--seq-q=1", "--seq-kv=3000", "--num-heads=8", "--num-kv-heads=2", "--head-dim=64"]):
+            out = os.path.join(d, "trace")
+            r, _ = bench_json(benchmark, *args, f"--num-runs={runs}", f"--profile={out}")
+            trace = json.load(open(r["profile"]))
+            events = trace["traceEvents"]
+            assert trace["otherData"]["work_items"] == r["work_items"] > 0, trace["otherData"]
+            calls = [e for e in events if e.get("cat") == "call"]
+            items = [e for e in events if e.get("cat") == "item"]
+            stages = [e for e in events if e.get("cat") == "stage"]
+            assert len(calls) == runs, len(calls)
+            assert len(items) == runs * r["work_items"], (len(items), r["work_items"])
+            names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+            assert names[0] == "calls" and all(names[e["tid"]].startswith("worker ") for e in items), names
+            assert {e["tid"] for e in items} <= set(range(1, r["threads"] + 1)), {e["tid"] for e in items}
+            for call in calls:  # every item inside its call's span, with a positive duration
+                inside = [e for e in items if call["ts"] - 1 <= e["ts"] and e["ts"] + e["dur"] <= call["ts"] + call["dur"] + 1]
+                assert len(inside) >= r["work_items"], (call, len(inside))
+            assert all(e["dur"] > 0 for e in items), [e for e in items if e["dur"] <= 0][:3]
+            by_tid = {}
+            for e in items:  # one thread runs one item at a time
+                by_tid.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
+            for spans in by_tid.values():
+                spans.sort()
+                assert all(a[1] <= b[0] + 1e-3 for a, b in zip(spans, spans[1:])), spans[:4]
+            counters = [e for e in events if e["ph"] == "C"]
+            assert len(counters) == 2 * runs and all(c["args"]["buffers"] > 0 for c in counters), counters[:2]
+            if args[0] == "--seq-q=300":  # the tile loop's stages, inside their item, summing to at most its span
+                assert stages and {s["name"] for s in stages} >= {"Q*K^T", "softmax", "P*V"}, {s["name"] for s in stages}
+                item = items[0]
+                mine = [s for s in stages if s["tid"] == item["tid"] and item["ts"] <= s["ts"] < item["ts"] + item["dur"]]
+                assert mine and sum(s["dur"] for s in mine) <= item["dur"] * 1.01, (item, mine)
+            else:  # decoding: the row path, said so
+                assert all("row path" in e["args"].get("note", "") for e in items), items[:2]
+        # Bad input: a file where the directory should go.
+        open(os.path.join(d, "file"), "w").close()
+        one_line_error(run([benchmark, "--seq-q=64", f"--profile={d}/file"]), "--profile", "not a directory")
+        one_line_error(run([benchmark, "--seq-q=64", f"--profile={d}/no/such/dir"]), "--profile", "does not exist")
+
+
+# --- automated_perf_test.py (block 7) ----------------------------------------
+
+def has_matplotlib():
+    return run([sys.executable, "-c", "import matplotlib"]).returncode == 0
+
+
+def check_chart(path_base):
+    png, svg = open(path_base + ".png", "rb").read(), open(path_base + ".svg").read()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000, f"{path_base}.png is not a PNG chart"
+    assert "<svg" in svg and "</svg>" in svg, f"{path_base}.svg is not an SVG"
+
+
+def case_perf_report(work, benchmark):
+    import json
+    bin_dir = os.path.dirname(benchmark)
+    with tempfile.TemporaryDirectory() as d:
+        cfg = os.path.join(d, "matrix.json")
+        json.dump({"versions": [2], "dtypes": ["bf16", "fp32"], "seq_lens": [48, 96], "causal": [False, True],
+                   "batch": 1, "num_heads": 2, "head_dim": 32, "tile_q": "auto", "tile_kv": "auto",
+                   "num_runs": 2, "warmup_runs": 0}, open(cfg, "w"))
+        p = run([sys.executable, script("automated_perf_test.py"), "--config", cfg, "--bin-dir", bin_dir,
+                 "--output-dir", d])
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert p.stdout.count("check PASS") == 8 and "[8/8]" in p.stdout, p.stdout  # not a terminal: plain lines
+        report = open(os.path.join(d, "perf_report.md")).read()
+        rows = [line for line in report.splitlines() if line.startswith("| FA2 ")]
+        assert len(rows) == 8 and all("PASS (max abs error" in r for r in rows), report
+        assert "| Version | Tile_Q | Tile_KV | dtype | Seq | Batch |" in report, report
+        results = list(csv.DictReader(open(os.path.join(d, "perf_results.csv"))))
+        assert len(results) == 8 and all(float(r["throughput_tflops"]) > 0 for r in results), results
+        assert {(r["dtype"], r["seq"], r["causal"]) for r in results} == \
+            {(dt, s, c) for dt in ("bf16", "fp32") for s in ("48", "96") for c in ("0", "1")}, results
+        if has_matplotlib():
+            check_chart(os.path.join(d, "perf_report"))
+        else:
+            assert "chart skipped" in p.stdout, p.stdout
+        # The guide's explicit list; a failing run (an ISA this build cannot
+        # run) fails the script and says so in its row.
+        json.dump({"configs": [{"version": 2, "tile_q": 64, "tile_kv": 64, "dtype": "fp16", "seq": 64, "batch": 1}],
+                   "num_heads": 2, "head_dim": 16, "num_runs": 1, "warmup_runs": 0}, open(cfg, "w"))
+        p = run([sys.executable, script("automated_perf_test.py"), "--config", cfg, "--bin-dir", bin_dir,
+                 "--output-dir", d, "--", "--isa=sse9"])
+        assert p.returncode == 1 and "0 of 1 configurations passed" in p.stdout, p.stdout + p.stderr
+        assert "| FA2 | 64 | 64 | fp16 | 64 | 1 | no | - | - | - | - | FAIL: " in open(os.path.join(d, "perf_report.md")).read()
+        # Bad config files: one line, exit 2, no report written over.
+        for text, needle in (('{"versions": [2], "dtypes": ["bf16"], "seq_lens": [64], "causal": [true], "heads": 4}',
+                              "unknown key 'heads'"),
+                             ('{"versions": [2],\n "dtypes": ["bf16"' , "malformed JSON at line 2"),
+                             ('{"versions": [5], "dtypes": ["bf16"], "seq_lens": [64], "causal": [true]}',
+                              "version 5 is not 1, 2 or 3")):
+            open(cfg, "w").write(text)
+            one_line_error(run([sys.executable, script("automated_perf_test.py"), "--config", cfg, "--bin-dir", bin_dir,
+                                "--output-dir", d]), needle)
 
 
 # --- run_fa2_benchmark.sh (block 2) -----------------------------------------

@@ -151,8 +151,26 @@ class ConfigReader {
                   {"max_kv_cache_length",
                    meaningless("the cache holds --seq-kv keys; its capacity is not a setting of one call")},
                   {"preallocate_kv_cache", meaningless("the benchmark allocates its cache before the timed runs")}})},
-        {"profiling", meaningless("a profiling trace (--profile) is not available yet; use FA_STAGE_TIMING=1 for "
-                                  "the tile loop's stage shares")},
+        {"profiling",
+         section({{"enable", [this](const Json& v, const std::string& path) {
+                     profile_ = boolean(v, path);
+                     profile_path_ = path;
+                   }},
+                  {"output_dir", [this](const Json& v, const std::string& path) { profile_dir_ = string(v, path); }},
+                  {"trace_level", [this](const Json& v, const std::string& path) {
+                     const std::string level = string(v, path);
+                     if (level != "summary" && level != "detail") fail(path, "expected summary or detail, got '" + level + "'");
+                     if (level == "detail") {
+                       warn(path, "the trace holds each work item and its stages' totals; per-step laps are not "
+                                  "recorded (detail reads as summary)");
+                     }
+                   }},
+                  {"include_tc_utilization",
+                   meaningless("no tensor cores on a CPU; the run's Utilization against the measured peak is in its "
+                               "text lines and --json")},
+                  {"include_memory_timeline", [this](const Json& v, const std::string& path) {
+                     if (!boolean(v, path)) warn(path, "the trace always has its memory counter (false is ignored)");
+                   }}})},
         {"model", section({{"name", text()},
                            {"num_layers", meaningless("one attention call is one layer's")},
                            {"hidden_size", [this](const Json& v, const std::string& path) {
@@ -283,6 +301,7 @@ class ConfigReader {
 
   // Checks that need more than one key.
   void finish() {
+    if (profile_) add(profile_path_, "profile", profile_dir_);
     const std::string dtype = value_of("dtype").value_or("fp16");
     if (!kv_same_as_.empty() && kv_same_as_ != dtype) {
       fail(kv_same_path_, "'" + kv_same_as_ + "' differs from the inputs' dtype '" + dtype +
@@ -351,6 +370,8 @@ class ConfigReader {
   ConfigFlags out_;
   std::string kv_same_as_, kv_same_path_, cast_back_, cast_back_path_, hidden_size_path_;
   std::int64_t hidden_size_ = 0;
+  bool profile_ = false;
+  std::string profile_path_, profile_dir_ = "./profiling_results";
 };
 
 std::string flag_name(const std::string& arg) {

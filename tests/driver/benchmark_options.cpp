@@ -5,6 +5,7 @@
 #include "benchmark_options.h"
 
 #include "host_tensor.h"
+#include "trace.h"
 
 #include <algorithm>
 #include <cmath>
@@ -74,6 +75,7 @@ std::vector<FlagSpec> benchmark_flags() {
       {"reference", K::kString, "float64|naive-fp16|same-dtype",
        "with --check: also run a naive fp16 softmax (the guide's FP16 trap) or a same-dtype attention beside ours"},
       {"json", K::kBool, "", "print one JSON object instead of text lines"},
+      {"profile", K::kString, "DIR", "write DIR/<binary>_trace.json: the timed calls as a Chrome trace (work items per thread, their stages, memory)"},
       {"config", K::kString, "PATH", "settings from a JSON (.json) or YAML (.yaml) file, e.g. configs/long_sequence_config.json; flags on the command line win"},
       {"json-file", K::kString, "PATH", "also write the results as one JSON object to PATH (atomically; the text lines still print)"},
       {"help", K::kBool, "", "print this help"},
@@ -368,6 +370,11 @@ BenchmarkOptions read_benchmark_options(const Args& a) {
   o.json = a.flag("json");
   o.json_file = a.str("json-file");
   if (!o.json_file.empty()) check_destination(o.json_file, "json-file");
+  o.profile_dir = a.str("profile");
+  if (!o.profile_dir.empty()) {
+    if (o.sweep) throw UsageError("--profile: not with --sweep (it profiles one configuration's timed calls)");
+    check_profile_dir(o.profile_dir);
+  }
   if (!o.json_file.empty() && o.sweep) {
     throw UsageError("--json-file: not with --sweep (its --json prints a JSON line per tile)");
   }

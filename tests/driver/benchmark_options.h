@@ -23,6 +23,7 @@ struct BenchmarkOptions {
   fa::Layout layout = fa::Layout::kBSH;
   std::string input_q, input_k, input_v, mask_path, output;
   std::string json_file;  // --json-file: the --json object, also written to this file
+  std::string profile_dir;  // --profile: a Chrome trace of the timed calls in this directory
   int num_runs = 10, warmup_runs = 2;
   std::uint64_t seed = 1;
   bool check = false, json = false, probe = true;

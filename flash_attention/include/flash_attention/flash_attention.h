@@ -160,6 +160,33 @@ struct TensorView {
 FA_API TensorView make_view(void* data, DType dtype, Layout layout, std::int64_t batch,
                      std::int64_t heads, std::int64_t seq, std::int64_t head_dim);
 
+// ------------------------------------------------------------- profiling ---
+
+// Where one call's time went, work item by work item (AttentionParams::
+// profile; the benchmarks' --profile writes it as a Chrome trace).
+inline constexpr int kProfileStages = 7;
+// The tile loop's stages, in the order of ItemProfile::stage_us: Q loaded
+// and the row state set up; K/V tiles converted or packed; Q·Kᵀ; the
+// softmax with masks and modifiers; O rescaled; P·V; the epilogue (O, LSE).
+inline constexpr const char* kProfileStageNames[kProfileStages] = {"Q+state", "K/V", "Q*K^T", "softmax",
+                                                                   "rescale", "P*V", "epilogue"};
+struct ItemProfile {
+  int thread = 0;                  // the worker that ran it, 0 ... threads - 1
+  double start_us = 0, end_us = 0;  // from the call's start
+  // Each stage's time, summed over the item's K/V steps (the stages
+  // alternate step by step; these are their totals).  All 0 for items of
+  // the row path (short Q tiles), which is not lapped.
+  double stage_us[kProfileStages] = {};
+};
+struct CallProfile {
+  double start_us = 0;     // the call's start on the steady clock (one timeline for many calls)
+  double duration_us = 0;  // to the end of its last step (split-KV's combine included)
+  int threads = 0;
+  std::string kernel;                // the path's name
+  std::size_t workspace_bytes = 0;   // the call's scratch and shared K/V packing
+  std::vector<ItemProfile> items;    // in the order of the parallel loop's item numbers
+};
+
 // ---------------------------------------------------------------- params ---
 
 struct FA_API AttentionParams {
@@ -269,6 +296,10 @@ struct FA_API AttentionParams {
   // Software prefetch of the next K/V tile while the current one computes
   // (FA2 and FA3; FA1 has none); unset means the build's FA_ENABLE_ASYNC.
   std::optional<bool> async_prefetch;
+  // When set, the call records each work item's thread, time span and
+  // stages into it (two TSC reads per stage and step: a few percent of a
+  // call's time).  Null: no recording.
+  CallProfile* profile = nullptr;
 
   std::int64_t kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   float softmax_scale() const;
