@@ -27,7 +27,7 @@ COPY configs/ configs/
 COPY scripts/ scripts/
 
 RUN bash scripts/env_health_check.sh
-RUN bash scripts/build_flash_attention.sh ${FA_VERSION} ${FA_TARGET} /opt/flash_attention --no-install
+RUN bash scripts/build_flash_attention.sh ${FA_VERSION} ${FA_TARGET} /opt/flash_attention
 RUN bash scripts/post_build_check.sh /opt/flash_attention
 
 FROM debian:bookworm-slim AS runtime

@@ -4,7 +4,7 @@
 #
 # usage: scripts/build_flash_attention.sh [VERSION] [TARGET] [INSTALL_DIR]
 #            [--build-dir DIR] [--jobs N] [--tile-q N] [--tile-kv N]
-#            [--no-install] [-- EXTRA CMAKE ARGS...]
+#            [-- EXTRA CMAKE ARGS...]
 #   VERSION      1, 2, 3 or all (2)
 #   TARGET       the CPU target, where the guide names its NPU type: auto
 #                (every kernel path, chosen at run time), host (the paths
@@ -16,7 +16,8 @@
 #   --build-dir  the CMake build directory (build/fa<VERSION>-<TARGET>; reused,
 #                so a second run rebuilds only what changed)
 #   --tile-q, --tile-kv  FA_TILE_Q / FA_TILE_KV (auto: the planner's choice)
-#   --no-install do not install missing Debian packages (cmake, g++)
+# It installs nothing: missing tools or libraries are named with the
+# command that installs them (scripts/env_health_check.sh checks them all).
 # Exit status: 0 built and installed; 1 the build failed (its log is named);
 # 2 bad arguments.
 set -euo pipefail
@@ -36,10 +37,9 @@ while [ $# -gt 0 ]; do
     --tile-q=*) TILE_Q=${1#*=}; shift ;;
     --tile-kv) [ $# -ge 2 ] || usage_error "--tile-kv needs a value"; TILE_KV=$2; shift 2 ;;
     --tile-kv=*) TILE_KV=${1#*=}; shift ;;
-    --no-install) export FA_NO_INSTALL=1; shift ;;
     -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --) shift; EXTRA=("$@"); break ;;
-    -*) usage_error "unknown option '$1' (expected --build-dir, --jobs, --tile-q, --tile-kv, --no-install, --help or -- CMAKE ARGS)" ;;
+    -*) usage_error "unknown option '$1' (expected --build-dir, --jobs, --tile-q, --tile-kv, --help or -- CMAKE ARGS)" ;;
     *) POSITIONAL+=("$1"); shift ;;
   esac
 done
@@ -77,7 +77,8 @@ echo "=========================================="
 
 # shellcheck source=ensure_deps.sh
 . "$REPO/scripts/ensure_deps.sh"
-fa_ensure_build_deps
+export FA_NO_INSTALL=1  # check only: this script downloads nothing
+fa_ensure_build_deps || { echo "build_flash_attention.sh: install the packages named above and run it again" >&2; exit 1; }
 
 mkdir -p "$BUILD_DIR"
 LOG=$BUILD_DIR/build_flash_attention.log

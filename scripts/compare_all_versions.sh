@@ -50,7 +50,8 @@ done
 if [ "$SKIP_BUILD" = 0 ]; then
   # shellcheck source=ensure_deps.sh
   . "$REPO/scripts/ensure_deps.sh"
-  fa_ensure_build_deps
+  export FA_NO_INSTALL=1  # check only: the tooling scripts download nothing
+  fa_ensure_build_deps || { echo "error: install the packages named above and run it again" >&2; exit 1; }
   echo "== Building FA1, FA2 and FA3 (FLASH_ATTENTION_VERSION=all) in $BUILD"
   cmake -S "$REPO" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DENABLE_FLASH_ATTENTION=ON -DFLASH_ATTENTION_VERSION=all \
         -DENABLE_BENCHMARK=ON -DENABLE_TESTS=OFF > "$BUILD.configure.log" 2>&1 \

@@ -45,6 +45,9 @@ def write_atomic(path, text):
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for the temporary name only
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

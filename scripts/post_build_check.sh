@@ -97,11 +97,12 @@ done
 # 4. exported symbols: the public API only
 echo ""
 echo "Checking exported symbols..."
-headers=$(ls "$INSTALL_DIR"/include/flash_attention/*.h 2>/dev/null)
+headers=("$INSTALL_DIR"/include/flash_attention/*.h)
+[ -e "${headers[0]}" ] || headers=()
 for v in $VERSIONS; do
   lib=$INSTALL_DIR/lib/libflash_attention_fa$v.so
   [ -f "$lib" ] || continue
-  if [ -z "$headers" ]; then
+  if [ ${#headers[@]} -eq 0 ]; then
     fail "no headers in $INSTALL_DIR/include/flash_attention: cannot check FA$v's exports"
     continue
   fi
@@ -115,7 +116,7 @@ for v in $VERSIONS; do
     name=${name%%\[abi:*}  # and without an ABI tag ([abi:cxx11])
     case "$name" in
       fa::*) short=${name##*::}
-             grep -qw -- "$short" $headers || bad="$bad
+             grep -qw -- "$short" "${headers[@]}" || bad="$bad
        $sym (not declared in the installed headers)" ;;
       *) bad="$bad
        $sym (outside namespace fa)" ;;

@@ -477,9 +477,7 @@ int run(int argc, char** argv) {
   std::vector<fa::CallProfile> profiles;
   const std::vector<double> times_ms = time_runs(p, o.profile_dir.empty() ? nullptr : &profiles);
   const double peak_after = o.probe ? measure_peak() : 0.0;
-  const double peak_gflops = std::max(peak_before, peak_after);
   const double bandwidth_after = o.probe ? measure_bandwidth() : 0.0;
-  const double bandwidth_peak = std::max(bandwidth_before, bandwidth_after);
   // The bytes the call must move: Q, K, V (with --seqlens-kv, each
   // sequence's keys), the mask and bias read once, O and the LSE written once.
   double cache_bytes = double(2 * kv_bytes);
@@ -489,11 +487,20 @@ int run(int argc, char** argv) {
       cache_bytes += 2.0 * double(p.seqlens_kv[b]) * double(Hkv) * (double(D * kv_es) + (scale_bytes ? 4.0 : 0.0));
     }
   }
-  const double traffic_bytes = double(q_bytes + o_bytes + lse_bytes + mask_bytes + bias.bytes()) + cache_bytes;
-  const std::vector<double>& sorted = times_ms;
-  const double median = median_of(sorted);
-  const double tflops = median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0;
-  const double peak_mb = double(set_bytes + mask_bytes + lse_bytes + workspace) / double(1 << 20);
+  fa::cli::RunFigures run;
+  run.sorted_ms = times_ms;
+  run.flops = flops;
+  run.peak_memory_mb = double(set_bytes + mask_bytes + lse_bytes + workspace) / double(1 << 20);
+  run.threads = used_threads;
+  run.probed = o.probe;
+  run.peak_unit = unit_name(isa, matrix);
+  run.peak_before_gflops = peak_before;
+  run.peak_after_gflops = peak_after;
+  run.bytes_moved = double(q_bytes + o_bytes + lse_bytes + mask_bytes + bias.bytes()) + cache_bytes;
+  run.bandwidth_before_gbps = bandwidth_before;
+  run.bandwidth_after_gbps = bandwidth_after;
+  run.probe_bytes = probe_bytes;
+  run.bandwidth_source = llc_bytes > 0 && probe_bytes <= llc_bytes ? "cache-resident" : "DRAM";
 
   // Check set 0's output against the float64 reference; with --reference,
   // a same-dtype attention (naive or max-subtracted) is measured beside it.
@@ -558,13 +565,6 @@ int run(int argc, char** argv) {
   // The prefetch the call ran with (FA1 has none).
   const bool async_prefetch =
       fa::cli::kVersion != fa::Version::kFA1 && p.async_prefetch.value_or(fa::default_async_prefetch());
-  const double utilization = peak_gflops > 0 ? 100.0 * tflops * 1e3 / peak_gflops : 0.0;
-  const double bandwidth = median > 0 ? traffic_bytes / (median * 1e-3) / 1e9 : 0.0;
-  const double bandwidth_percent = bandwidth_peak > 0 ? 100.0 * bandwidth / bandwidth_peak : 0.0;
-  // Memory-bound: moving the bytes at the measured bandwidth takes longer
-  // than the FLOPs at the measured peak (decoding, short query tiles).
-  const bool memory_bound = bandwidth_peak > 0 && (peak_gflops <= 0 || traffic_bytes / bandwidth_peak >= flops / peak_gflops);
-  const char* bandwidth_source = llc_bytes > 0 && probe_bytes <= llc_bytes ? "cache-resident" : "DRAM";
   const int tq = plan.tile_q, tkv = plan.tile_kv;
   char line[1024];
   std::string trace_path;
@@ -595,32 +595,10 @@ int run(int argc, char** argv) {
     j["kernel"] = kernel_id(isa, matrix);
     j["block_size"] = p.block_table ? p.block_size : 0;
     j["work_items"] = plan.work_items;
-    j["latency_ms"] = median;
-    j["latency_min_ms"] = sorted.front();
-    j["latency_max_ms"] = sorted.back();
-    j["runs"] = o.num_runs;
-    j["flops"] = flops;
-    j["throughput_tflops"] = tflops;
-    j["peak_memory_mb"] = peak_mb;
+    run.write_json(j);
     if (o.append) {
       j["append_latency_ms"] = append_median;
       j["append_tokens"] = append_tokens;
-    }
-    if (o.probe) {
-      j["peak_gflops"] = peak_gflops;
-      j["peak_before_gflops"] = peak_before;
-      j["peak_after_gflops"] = peak_after;
-      j["peak_unit"] = unit_name(isa, matrix);
-      j["utilization_percent"] = utilization;
-      j["bytes_moved"] = traffic_bytes;
-      j["bandwidth_gbps"] = bandwidth;
-      j["bandwidth_peak_gbps"] = bandwidth_peak;
-      j["bandwidth_before_gbps"] = bandwidth_before;
-      j["bandwidth_after_gbps"] = bandwidth_after;
-      j["bandwidth_percent"] = bandwidth_percent;
-      j["bandwidth_probe_bytes"] = probe_bytes;
-      j["bandwidth_source"] = bandwidth_source;
-      j["memory_bound"] = memory_bound;
     }
     if (o.check) {
       j["max_abs_error"] = ours.max_abs;
@@ -669,29 +647,7 @@ int run(int argc, char** argv) {
       std::cout << line;
     }
     std::cout << "Kernel: " << kernel_name(isa, matrix, o.dtype) << "\n";
-    std::snprintf(line, sizeof line, "Latency: %.4f ms (min %.4f, max %.4f over %d runs)\n", median,
-                  sorted.front(), sorted.back(), o.num_runs);
-    std::cout << line;
-    std::snprintf(line, sizeof line, "Throughput: %.5f TFLOPS\n", tflops);
-    std::cout << line;
-    std::snprintf(line, sizeof line, "Peak Memory: %.2f MB\n", peak_mb);
-    std::cout << line;
-    if (o.probe && peak_gflops <= 0) {  // a unit without a probe (the emulated tiles of FA_AMX_EMULATION=ON)
-      std::cout << "Utilization: n/a (no " << unit_name(isa, matrix) << " peak probe in this build)\n";
-    } else if (o.probe) {
-      std::snprintf(line, sizeof line,
-                    "Utilization: %.1f%% of %s peak (%.1f GFLOP/s on %d threads; probes before/after: %.1f/%.1f)\n",
-                    utilization, unit_name(isa, matrix), peak_gflops, used_threads, peak_before, peak_after);
-      std::cout << line;
-    }
-    if (o.probe && memory_bound) {
-      std::snprintf(line, sizeof line,
-                    "Bandwidth: %.2f GB/s (%.1f%% of the measured %.2f GB/s; %s streaming read of %.0f MiB on %d threads, "
-                    "probes before/after: %.2f/%.2f)\n",
-                    bandwidth, bandwidth_percent, bandwidth_peak, bandwidth_source, probe_bytes / 1048576.0, used_threads,
-                    bandwidth_before, bandwidth_after);
-      std::cout << line;
-    }
+    run.write_text(std::cout);
     if (o.append) {
       std::snprintf(line, sizeof line, "Append: %.4f ms for %lld new tokens' K/V rows (append_kv_cache, %d runs)\n",
                     append_median, static_cast<long long>(append_tokens), o.num_runs);

@@ -197,15 +197,25 @@ class CallRecorder {
   explicit CallRecorder(CallProfile* out) : out_(out) {
     if (out_) *out_ = CallProfile{};
   }
-  // Before the loop: `items` zeroed records (null when not profiling).
-  ItemRecord* begin(std::int64_t items) {
-    if (!out_) return nullptr;
-    records_.assign(static_cast<std::size_t>(items), ItemRecord{});
+  // Before the loop: `items` zeroed records into *records (null when not
+  // profiling); false when they cannot be allocated.
+  bool begin(std::int64_t items, ItemRecord** records) {
+    *records = nullptr;
+    if (!out_) return true;
+    try {
+      records_.assign(static_cast<std::size_t>(items), ItemRecord{});
+      out_->items.reserve(records_.size());
+      out_->kernel.reserve(32);
+    } catch (const std::bad_alloc&) {
+      return false;
+    }
     start_us_ = steady_us();
     start_tsc_ = __rdtsc();
-    return records_.data();
+    *records = records_.data();
+    return true;
   }
-  // After the loop and the combine.
+  // After the loop and the combine (nothing here allocates beyond what
+  // begin reserved: kernel names are short).
   void end(const char* kernel, int threads, std::size_t workspace_bytes) {
     if (!out_) return;
     const double per_us = tsc_ticks_per_us();
@@ -232,6 +242,11 @@ class CallRecorder {
   double start_us_ = 0;
   std::uint64_t start_tsc_ = 0;
 };
+
+Status profile_out_of_memory(Version version) {
+  return Status::OutOfMemory(std::string(version_name(version)) +
+                             "_forward: could not allocate the profile's item records (AttentionParams::profile)");
+}
 
 // The job's shape and plan (what sizes its workspace), every other field
 // zero: run_forward fills in the tensors and options.
@@ -400,7 +415,7 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
   CallRecorder recorder(p.profile);
   const std::size_t workspace_bytes = bytes + (kv_pack ? pack_bytes : 0);
   if (!per_sequence_call(p)) {
-    job.item_records = recorder.begin(table->items(job));
+    if (!recorder.begin(table->items(job), &job.item_records)) return profile_out_of_memory(version);
     table->run(&job, nullptr, 1);
     if (job.num_splits > 1) combine_splits(&job, 1, plan.threads);
     recorder.end(table->name, plan.threads, workspace_bytes);
@@ -464,7 +479,8 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
     jobs.push_back(sj);
     ends.push_back(total += table->items(sj));
   }
-  ItemRecord* records = recorder.begin(total);
+  ItemRecord* records = nullptr;
+  if (!recorder.begin(total, &records)) return profile_out_of_memory(version);
   for (AttentionJob& sj : jobs) sj.item_records = records;
   if (total > 0) table->run(jobs.data(), ends.data(), jobs.size());
   combine_splits(jobs.data(), jobs.size(), plan.threads);
