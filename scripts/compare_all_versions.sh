@@ -80,8 +80,10 @@ sys.exit(p.returncode)
 PY
 }
 
-declare -A THROUGHPUT  # per version: the rounds' figures, space-separated
+declare -A THROUGHPUT  # per version: the rounds' figures, space-separated, from each run's --json-file
 status=0
+RESULTS=$(mktemp -d)
+trap 'rm -rf "$RESULTS"' EXIT
 for ROUND in $(seq "$ROUNDS"); do
 for VER in 1 2 3; do
   echo ""
@@ -96,14 +98,16 @@ for VER in 1 2 3; do
   for arg in "${EXTRA[@]}"; do case "$arg" in --tile-*) tiles=() ;; esac; done
   if ! out=$(measure "$BINARY" --batch-size="$BATCH" --seq-q="$SEQ" --seq-kv="$SEQ" --num-heads="$HEADS" \
                      --head-dim="$HEAD_DIM" --dtype="$DTYPE" --num-runs="$NUM_RUNS" --warmup-runs=2 \
-                     "${tiles[@]}" "${CAUSAL[@]}" --output=/dev/null "${EXTRA[@]}" 2>&1); then
+                     "${tiles[@]}" "${CAUSAL[@]}" --output=/dev/null --json-file="$RESULTS/fa$VER.json" \
+                     "${EXTRA[@]}" 2>&1); then
     echo "$out" | sed 's/^/    /'
     echo "    [FAIL] fa${VER}_benchmark exited with an error"
     status=1
     continue
   fi
   echo "$out" | grep -E "^(Tile|Kernel|Throughput|Latency|Utilization|Elapsed|CPU|Mem)" | sed 's/^/    /'
-  THROUGHPUT[$VER]="${THROUGHPUT[$VER]:-} $(echo "$out" | sed -n 's/^Throughput: \([0-9.]*\) TFLOPS/\1/p')"
+  THROUGHPUT[$VER]="${THROUGHPUT[$VER]:-} $(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["throughput_tflops"])' \
+                                             "$RESULTS/fa$VER.json")"
 done
 done
 

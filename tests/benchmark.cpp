@@ -182,7 +182,7 @@ int run_sweep(const BenchmarkOptions& o, const fa::AttentionParams& p, fa::Isa i
       j["latency_ms"] = row.latency_ms;
       j["throughput_tflops"] = row.tflops;
       j["status"] = row.status;
-      std::cout << j.dump() << "\n";
+      std::cout << fa::cli::json_text(j) << "\n";
     } else if (row.status == "OK") {
       std::printf("%8d %8d %7.5f TFLOPS %10s\n", tq, tkv, row.tflops, row.status.c_str());
     } else {
@@ -210,7 +210,7 @@ int run_sweep(const BenchmarkOptions& o, const fa::AttentionParams& p, fa::Isa i
     j["best_throughput_tflops"] = best->tflops;
     j["kernel"] = fa::isa_name(isa);
     j["tuning_cache"] = cache_note;
-    std::cout << j.dump() << "\n";
+    std::cout << fa::cli::json_text(j) << "\n";
   } else {
     std::printf("\nBest config: Tile_Q=%d, Tile_KV=%d @ %.5f TFLOPS (%s)\nTuning cache: %s\n", best->tile_q,
                 best->tile_kv, best->tflops, std::string(fa::isa_name(isa)).c_str(), cache_note.c_str());

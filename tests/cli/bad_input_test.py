@@ -51,6 +51,8 @@ def config(d, name, text):
 CASES = {
     "config_malformed_json": (lambda d: config(d, "c.json", '{\n  "model_config": {\n    "seq_len": 64,,\n  }\n}\n'),
                               "malformed JSON at line 3, column 19"),
+    "config_json_number_overflow": (lambda d: config(d, "c.json", '{"model_config": {"seq_len": 1e999}}'),
+                                    "malformed JSON: number overflow"),
     "config_malformed_yaml": (lambda d: config(d, "c.yaml", "model:\n  num_heads: [2\n  head_dim: 16\n"),
                               "malformed YAML at line"),
     "config_unknown_key": (lambda d: config(d, "c.yaml", "flash_attention:\n  tile_qq: 64\n"),

@@ -23,7 +23,7 @@ if(STEP STREQUAL "build")
   include(${CMAKE_CURRENT_LIST_DIR}/variant_build.cmake)
   fa_build_variant(OPTIONS -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFA_FUZZ=ON -DFA_TARGET=generic -DFLASH_ATTENTION_VERSION=2
                            -DENABLE_TESTS=OFF -DENABLE_BENCHMARK=OFF
-                   TARGETS fuzz_benchmark_args fuzz_test_args fuzz_api)
+                   TARGETS fuzz_benchmark_args fuzz_test_args fuzz_api fuzz_config)
   message("PASS: fuzz harnesses built")
 elseif(STEP STREQUAL "run")
   if(NOT EXISTS ${BUILD}/fuzz/${HARNESS})

@@ -86,18 +86,19 @@ Json from_yaml(const YAML::Node& node, const std::string& path, Tree& tree) {
   }
 }
 
-Tree parse_file(const std::string& path) {
-  Tree tree;
-  tree.file = path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("--config: cannot open '" + path + "'");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+ConfigFormat format_of(const std::string& path) {
   const auto dot = path.find_last_of('.');
   std::string ext = dot == std::string::npos ? "" : path.substr(dot + 1);
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  if (ext == "json") {
+  if (ext == "json") return ConfigFormat::kJson;
+  if (ext == "yaml" || ext == "yml") return ConfigFormat::kYaml;
+  throw UsageError("--config: '" + path + "' is neither .json nor .yaml/.yml (the extension picks the parser)");
+}
+
+Tree parse_text(const std::string& text, const std::string& path, ConfigFormat format) {
+  Tree tree;
+  tree.file = path;
+  if (format == ConfigFormat::kJson) {
     try {
       tree.root = Json::parse(text);
     } catch (const Json::parse_error& e) {
@@ -105,16 +106,18 @@ Tree parse_file(const std::string& path) {
       std::string why = e.what();
       if (const auto colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
       throw UsageError("--config " + path + ": malformed JSON at " + json_position(text, e.byte) + ": " + why);
+    } catch (const Json::exception& e) {  // a number too large for any type, and the like: no position
+      std::string why = e.what();
+      if (const auto bracket = why.find("] "); bracket != std::string::npos) why = why.substr(bracket + 2);
+      throw UsageError("--config " + path + ": malformed JSON: " + why);
     }
-  } else if (ext == "yaml" || ext == "yml") {
+  } else {
     try {
       tree.root = from_yaml(YAML::Load(text), "", tree);
     } catch (const YAML::Exception& e) {
       throw UsageError("--config " + path + ": malformed YAML at " + line_column(e.mark.line + 1, e.mark.column + 1) +
                        ": " + e.msg);
     }
-  } else {
-    throw UsageError("--config: '" + path + "' is neither .json nor .yaml/.yml (the extension picks the parser)");
   }
   if (!tree.root.is_object()) throw UsageError("--config " + path + ": expected an object of sections at the top level");
   return tree;
@@ -267,7 +270,9 @@ class ConfigReader {
   }
 
   void walk(const Json& object, const std::string& prefix, const std::vector<Key>& keys) {
-    for (const auto& [name, value] : object.items()) {
+    for (const auto& item : object.items()) {  // (no structured binding: clang 14 cannot capture one)
+      const std::string& name = item.key();
+      const Json& value = item.value();
       const std::string path = prefix.empty() ? name : prefix + "." + name;
       const auto key = std::find_if(keys.begin(), keys.end(), [&](const Key& k) { return name == k.name; });
       if (key == keys.end()) {
@@ -341,22 +346,28 @@ class ConfigReader {
   }
 
   std::int64_t integer(const Json& v, const std::string& path, std::int64_t min) const {
-    if (!v.is_number_integer()) fail(path, "expected an integer, got " + v.dump());
+    if (!v.is_number_integer()) fail(path, "expected an integer, got " + shown(v));
     const std::int64_t n = v.get<std::int64_t>();
     if (n < min) fail(path, "expected an integer >= " + std::to_string(min) + ", got " + std::to_string(n));
     return n;
   }
   double number(const Json& v, const std::string& path) const {
-    if (!v.is_number()) fail(path, "expected a number, got " + v.dump());
+    if (!v.is_number()) fail(path, "expected a number, got " + shown(v));
     return v.get<double>();
   }
   bool boolean(const Json& v, const std::string& path) const {
-    if (!v.is_boolean()) fail(path, "expected true or false, got " + v.dump());
+    if (!v.is_boolean()) fail(path, "expected true or false, got " + shown(v));
     return v.get<bool>();
   }
   std::string string(const Json& v, const std::string& path) const {
-    if (!v.is_string()) fail(path, "expected a string, got " + v.dump());
+    if (!v.is_string()) fail(path, "expected a string, got " + shown(v));
     return v.get<std::string>();
+  }
+  // A value in a message: JSON text, cut short, never throwing on bytes
+  // that are not UTF-8.
+  static std::string shown(const Json& v) {
+    std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+    return text.size() > 60 ? text.substr(0, 57) + "..." : text;
   }
   static std::string format(double x) {
     std::ostringstream s;
@@ -381,11 +392,22 @@ std::string flag_name(const std::string& arg) {
 
 }  // namespace
 
-ConfigFlags read_benchmark_config(const std::string& path, fa::Version version) {
-  const Tree tree = parse_file(path);
+ConfigFlags parse_benchmark_config(const std::string& text, const std::string& file, ConfigFormat format,
+                                   fa::Version version) {
+  const Tree tree = parse_text(text, file, format);
   ConfigFlags flags = ConfigReader(tree, version).read();
-  flags.file = path;
+  flags.file = file;
   return flags;
+}
+
+ConfigFlags read_benchmark_config(const std::string& path, fa::Version version) {
+  const ConfigFormat format = format_of(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("--config: cannot open '" + path + "'");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw UsageError("--config: cannot read '" + path + "'");
+  return parse_benchmark_config(buffer.str(), path, format, version);
 }
 
 std::vector<std::string> merge_config_flags(const ConfigFlags& config, const std::vector<std::string>& command_line) {

@@ -25,10 +25,16 @@ struct ConfigFlags {
   std::vector<std::string> warnings;  // one line each, without the "warning: " prefix
 };
 
+enum class ConfigFormat { kJson, kYaml };
+
 // Throws UsageError (one line, naming the file, and the key or the line and
 // column) for an unreadable or malformed file, an unknown key, a value of
-// the wrong type, or a version other than `version`.
+// the wrong type, or a version other than `version`.  The extension picks
+// the format.
 ConfigFlags read_benchmark_config(const std::string& path, fa::Version version);
+// The same for a file's text (`file` names it in messages).
+ConfigFlags parse_benchmark_config(const std::string& text, const std::string& file, ConfigFormat format,
+                                   fa::Version version);
 
 // The flags of `config` the command line does not override (a flag the
 // command line gives, or one it conflicts with: --async/--no-async,

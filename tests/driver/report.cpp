@@ -94,10 +94,14 @@ void RunFigures::write_json(Json& j) const {
   j["memory_bound"] = memory_bound();
 }
 
+std::string json_text(const Json& j, int indent) {
+  return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
 void emit_json(const Json& j, bool to_stdout, const std::string& json_file) {
-  if (to_stdout) std::cout << j.dump() << "\n" << std::flush;
+  if (to_stdout) std::cout << json_text(j) << "\n" << std::flush;
   if (!json_file.empty()) {
-    const std::string text = j.dump(2) + "\n";
+    const std::string text = json_text(j, 2) + "\n";
     write_atomic(json_file, text.data(), text.size(), "json-file");
   }
 }

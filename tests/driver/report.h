@@ -56,6 +56,10 @@ struct RunFigures {
   void write_json(Json& j) const;
 };
 
+// `j` as text (one line, or indented): bytes that are not UTF-8 (a path, a
+// config file's string) become U+FFFD rather than an exception.
+std::string json_text(const Json& j, int indent = -1);
+
 // `j` on one line on stdout when `to_stdout`, and into `json_file` when it
 // is not empty.
 void emit_json(const Json& j, bool to_stdout, const std::string& json_file);

@@ -98,7 +98,7 @@ std::string write_trace(const std::string& dir, const std::string& program, cons
     throw UsageError("--profile: cannot create '" + dir + "': " + std::strerror(errno));
   }
   const std::string path = dir + "/" + program + "_trace.json";
-  const std::string text = trace.dump() + "\n";
+  const std::string text = json_text(trace) + "\n";
   write_atomic(path, text.data(), text.size(), "profile");
   return path;
 }
