@@ -213,8 +213,7 @@ def main():
     if "--" in argv:
         extra, argv = argv[argv.index("--") + 1:], argv[:argv.index("--")]
     here = os.path.dirname(os.path.abspath(__file__))
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.error = usage_error
+    ap = fa_bench.OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default=os.path.join(here, "..", "configs", "perf_test_config.json"))
     ap.add_argument("--bin-dir", default="./install/bin", help="where fa<N>_benchmark are (./install/bin)")
     ap.add_argument("--output-dir", default=".")

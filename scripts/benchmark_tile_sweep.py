@@ -22,6 +22,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa_bench  # noqa: E402
 import fa_charts  # noqa: E402
 import fa_data  # noqa: E402
 
@@ -188,7 +189,7 @@ def heatmap(sweeps, base_path):
 
 
 def main():
-    p = argparse.ArgumentParser(description="Sweep FlashAttention tile sizes on this machine.")
+    p = fa_bench.OneLineParser(description="Sweep FlashAttention tile sizes on this machine.")
     p.add_argument("--binary", default="./tests/fa2_benchmark")
     p.add_argument("--data-dir", default="./test_data", help="inputs for the run without --config")
     p.add_argument("--output", default="tile_sweep_results.csv")

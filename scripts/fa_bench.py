@@ -4,15 +4,26 @@ Stdlib only, so every tooling script (regression check, perf report) can use
 it on any Python 3.  The binaries print their --json object as the last line
 of stdout; a failed run raises BenchmarkError with the binary's own message.
 """
+import argparse
 import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 
 
 class BenchmarkError(RuntimeError):
     pass
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose bad arguments give the project's one line, exit 2
+    (not argparse's usage block)."""
+
+    def error(self, message):
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        sys.exit(2)
 
 
 def run_json(binary, args, timeout=900, env=None):

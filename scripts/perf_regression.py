@@ -87,7 +87,7 @@ def main():
     if "--" in argv:
         extra = argv[argv.index("--") + 1:]
         argv = argv[:argv.index("--")]
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = fa_bench.OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--benchmark", action="append", default=[], metavar="N=PATH",
                     help="version N's benchmark binary (repeat for each version)")
     ap.add_argument("--configs", default=DEFAULT_CONFIGS)

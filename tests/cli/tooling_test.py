@@ -415,6 +415,21 @@ def case_dockerfile(work, _):
             assert "libyaml-cpp0" in packages, f"fa2_benchmark loads yaml-cpp; the runtime installs: {packages}"
 
 
+# --- every tooling script: --help, and one line for a bad argument ----------
+
+def case_scripts_help_and_bad_arguments(work, _):
+    bench = os.path.join(ROOT, "bench")
+    commands = [["bash", script(n)] for n in ("build_flash_attention.sh", "run_fa2_benchmark.sh", "post_build_check.sh",
+                                              "env_health_check.sh", "regression_test.sh", "compare_all_versions.sh")]
+    commands += [[sys.executable, script(n)] for n in ("automated_perf_test.py", "perf_regression.py",
+                                                       "benchmark_tile_sweep.py")]
+    commands += [[sys.executable, os.path.join(bench, n)] for n in ("shape_sweep", "compare_peers")]
+    for cmd in commands:
+        p = run(cmd + ["--help"])
+        assert p.returncode == 0 and len(p.stdout.strip().splitlines()) >= 3, f"{cmd[-1]} --help: {p.stdout}{p.stderr}"
+        one_line_error(run(cmd + ["--no-such-flag"]), "--no-such-flag")
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
