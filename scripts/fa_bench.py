@@ -47,15 +47,16 @@ def median(values):
     return statistics.median(values)
 
 
-def write_atomic(path, text):
-    """Writes `text` to `path` through a temporary file in the same directory
-    and a rename: a reader never sees half a file, a failure leaves none."""
+def write_atomic(path, data):
+    """Writes `data` (text or bytes) to `path` through a temporary file in the
+    same directory and a rename: a reader never sees half a file, a failure
+    leaves none."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is for the temporary name only

@@ -6,9 +6,11 @@ Kept free of everything but NumPy and the standard library.
 """
 import os
 import sys
-import tempfile
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fa_bench import write_atomic  # noqa: E402,F401  (the data scripts' files, whole or not at all)
 
 # dtype spellings: the command-line name, the guide's config.txt name (NumPy's
 # __name__), bytes per element.
@@ -153,21 +155,6 @@ def causal_mask(seq_q, seq_kv):
     i = np.arange(seq_q)[:, None]
     j = np.arange(seq_kv)[None, :]
     return (j <= i + (seq_kv - seq_q)).astype(np.int8)
-
-
-def write_atomic(path, data_bytes):
-    """Write a whole file or nothing: temp file beside it, then rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".partial-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data_bytes)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def read_config(path):

@@ -34,6 +34,7 @@ namespace {
 using fa::cli::Args;
 using fa::cli::BenchmarkOptions;
 using fa::cli::Json;
+using fa::cli::median_of;
 using fa::cli::UsageError;
 
 const char* unit_name(fa::Isa isa, bool matrix) {
@@ -133,11 +134,6 @@ ErrorStats compare(const std::vector<double>& ref, Got&& got) {
   }
   e.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   return e;
-}
-
-double median_of(const std::vector<double>& sorted) {
-  const std::size_t n = sorted.size();
-  return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 }
 
 // --sweep: every tile of the list on the same inputs; plans the planner
@@ -560,7 +556,7 @@ int run(int argc, char** argv) {
     }
     std::sort(append_ms.begin(), append_ms.end());
   }
-  const double append_median = append_ms.empty() ? 0.0 : median_of(append_ms);
+  const double append_median = median_of(append_ms);
 
   // The prefetch the call ran with (FA1 has none).
   const bool async_prefetch =

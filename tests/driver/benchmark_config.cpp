@@ -12,11 +12,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include "cli_args.h"
+#include "report.h"
 
 namespace fa::cli {
 namespace {
-
-using Json = nlohmann::ordered_json;
 
 std::string line_column(std::size_t line, std::size_t column) {
   return "line " + std::to_string(line) + ", column " + std::to_string(column);
@@ -366,7 +365,7 @@ class ConfigReader {
   // A value in a message: JSON text, cut short, never throwing on bytes
   // that are not UTF-8.
   static std::string shown(const Json& v) {
-    std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+    std::string text = json_text(v);
     return text.size() > 60 ? text.substr(0, 57) + "..." : text;
   }
   static std::string format(double x) {

@@ -8,11 +8,13 @@
 
 namespace fa::cli {
 
-double RunFigures::median_ms() const {
-  if (sorted_ms.empty()) return 0.0;
-  const std::size_t n = sorted_ms.size();
-  return n % 2 ? sorted_ms[n / 2] : 0.5 * (sorted_ms[n / 2 - 1] + sorted_ms[n / 2]);
+double median_of(const std::vector<double>& sorted) {
+  if (sorted.empty()) return 0.0;
+  const std::size_t n = sorted.size();
+  return n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
 }
+
+double RunFigures::median_ms() const { return median_of(sorted_ms); }
 
 double RunFigures::tflops() const {
   const double ms = median_ms();

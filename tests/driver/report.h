@@ -21,6 +21,9 @@ namespace fa::cli {
 
 using Json = nlohmann::ordered_json;
 
+// The median of ascending `sorted` (0 when empty).
+double median_of(const std::vector<double>& sorted);
+
 struct RunFigures {
   std::vector<double> sorted_ms;  // each timed run, ascending
   double flops = 0;               // of one run
