@@ -284,10 +284,14 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // tile_q given (caller, build, tuning cache) is the packed tile's rows and
   // must hold a row of every head.  Shorter queries take the row path, but
   // on the bf16 pair engines with a group of 8 rows or more (decoding at
-  // GQA 64/8, two rows at 32/8: 1.3-2.3x the row path on Zen 4,
+  // GQA 64/8, two rows at 32/8: 1.3-2.3x the FMA row path on Zen 4,
   // docs/PERF.md), where the cache is not quantized (the pair path does not
-  // read one).
-  const bool pair_rows = matrix && kv_dtype == dtype && group * longest_q >= 8;
+  // read one).  Where the row path has VDPBF16PS products (bf16 on the
+  // avx512bf16 path, head_dim a multiple of 32) it keeps groups of up to 8
+  // rows (decoding at 64/8: 1.4-2x the packed tile) and the tile takes 16
+  // and more (4 rows at 32/8 and 64/8: 1.15-1.25x the row path in BNSD).
+  const bool row_dot = isa == Isa::kAvx512Bf16 && dtype == DType::kBF16 && p.head_dim % 32 == 0;
+  const bool pair_rows = matrix && kv_dtype == dtype && group * longest_q >= (row_dot ? 9 : 8);
   bool pack_tile = version != Version::kFA1 && group > 1 && longest_q <= kPackTileMaxRows &&
                    (longest_q > detail::kRowPathMaxRows || pair_rows);
   int tq = p.tile_q != 0 ? p.tile_q : detail::kDefaultTileQ;

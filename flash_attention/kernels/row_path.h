@@ -197,12 +197,169 @@ inline void row_accumulate(float* o, int D, const float* alpha, const float* p, 
   }
 }
 
+#if defined(FA_HAVE_BF16_DOT) || (defined(FA_HAVE_AMX) && !FA_AMX_EMULATION)
+// bf16 Q, K and V on a CPU with VDPBF16PS (the avx512bf16 and amx paths):
+// the row path's two products as bf16 pair dot products, on K and V read in
+// place.  Against the FMA products above this halves the multiply
+// instructions and drops the widening of every K and V vector (two
+// instructions each for bf16), which is what bounds GQA decoding: a K/V
+// head's rows serve a whole group of query rows (8 at GQA 64/8), so each
+// K/V byte carries 8 FLOP there (docs/PERF.md).  Q is bf16 already, so its
+// products are exact; P is rounded to bf16 for P·V as on the pair path.
+// head_dim a multiple of 32 (a whole vector of pairs; other head_dims keep
+// the FMA products).
+#define FA_HAVE_ROW_DOT 1
+
+inline __m512bh bf16_pairs(const std::uint16_t* p) { return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p)); }
+
+// s[r * lds + c] = dot(q_r, k_c) as row_scores, with q and k bf16 rows (q:
+// [NR][D]): per 32 dims one VDPBF16PS a row and key, summed in the same
+// order whatever NR.
+template <int NR>
+inline void row_scores_dot(const std::uint16_t* q, int D, const std::uint16_t* k, std::int64_t ldk, int cols, float* s,
+                           std::int64_t lds, KvLineStream& next, int per_block) {
+  constexpr int KB = kKeyBlock;
+  int c = 0;
+  for (; c + KB <= cols; c += KB) {
+    next.issue(per_block);
+    __m512 acc[NR][KB];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+#pragma GCC unroll 4
+      for (int j = 0; j < KB; ++j) acc[r][j] = _mm512_setzero_ps();
+    }
+    for (int d = 0; d < D; d += 32) {
+      __m512bh kv[KB];
+#pragma GCC unroll 4
+      for (int j = 0; j < KB; ++j) kv[j] = bf16_pairs(k + (c + j) * ldk + d);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) {
+        const __m512bh qv = bf16_pairs(q + r * D + d);
+#pragma GCC unroll 4
+        for (int j = 0; j < KB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], qv, kv[j]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) Vec::reduce_add4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], s + r * lds + c);
+  }
+  for (; c < cols; ++c) {  // the last cols % KB keys, one at a time
+    next.issue(per_block);
+    for (int r = 0; r < NR; ++r) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int d = 0; d < D; d += 32) acc = _mm512_dpbf16_ps(acc, bf16_pairs(q + r * D + d), bf16_pairs(k + c * ldk + d));
+      s[r * lds + c] = _mm512_reduce_add_ps(acc);
+    }
+  }
+}
+
+// P·V's accumulators hold 32 dims as two vectors of V's key pairs
+// interleaved by VPUNPCKLWD / VPUNPCKHWD: dims {0-3, 8-11, 16-19, 24-27} of
+// the 32, then the others.  The row path keeps O in that order while it
+// runs and puts it back once, at the end (unpair_dims).
+inline void unpair_dims(float* o, int D) {
+  const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int d = 0; d < D; d += 32) {
+    const __m512 lo = _mm512_loadu_ps(o + d), hi = _mm512_loadu_ps(o + d + 16);
+    _mm512_storeu_ps(o + d, _mm512_permutex2var_ps(lo, lo_idx, hi));
+    _mm512_storeu_ps(o + d + 16, _mm512_permutex2var_ps(lo, hi_idx, hi));
+  }
+}
+
+// NC x 32 dims from d0 of NR rows over keys [c0, c1) (c0 even): o = o *
+// alpha (on the tile's first keys only) + sum over key pairs of (p_c,
+// p_c+1) · (v_c, v_c+1), o in the paired order (unpair_dims).  p: bf16
+// probabilities, row r's at p + r * ldp, with a zero after an odd tile's
+// last key (whose missing partner V row is read as zeros, never from
+// memory).
+template <int NR, int NC>
+inline void pv_dot_chunk(float* o, int D, const float* alpha, bool first, const std::uint16_t* p, std::int64_t ldp,
+                         const std::uint16_t* v, std::int64_t ldv, int c0, int c1, int cols, int d0) {
+  __m512 acc[NR][2 * NC];
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) {
+    const __m512 va = _mm512_set1_ps(alpha[r]);
+#pragma GCC unroll 4
+    for (int k = 0; k < 2 * NC; ++k) {
+      acc[r][k] = _mm512_loadu_ps(o + r * D + d0 + k * 16);
+      if (first) acc[r][k] = _mm512_mul_ps(acc[r][k], va);
+    }
+  }
+  for (int c = c0; c < c1; c += 2) {
+    __m512bh vv[2 * NC];
+#pragma GCC unroll 4
+    for (int k = 0; k < NC; ++k) {
+      const __m512i a = _mm512_loadu_si512(v + c * ldv + d0 + k * 32);
+      const __m512i b = c + 1 < cols ? _mm512_loadu_si512(v + (c + 1) * ldv + d0 + k * 32) : _mm512_setzero_si512();
+      vv[2 * k] = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi16(a, b));
+      vv[2 * k + 1] = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi16(a, b));
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      std::int32_t pair;
+      __builtin_memcpy(&pair, p + r * ldp + c, sizeof pair);
+      const __m512bh pr = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+#pragma GCC unroll 4
+      for (int k = 0; k < 2 * NC; ++k) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], pr, vv[k]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 2 * NC; ++k) _mm512_storeu_ps(o + r * D + d0 + k * 16, acc[r][k]);
+  }
+}
+
+// row_accumulate with bf16 P and V (pv_dot_chunk): key blocks of kPvKeys,
+// within a block head_dim in chunks of 64, so a block's V rows stay in L1
+// across its chunks.  Each element's sum runs over the key pairs in order,
+// whatever NR.
+template <int NR>
+inline void row_accumulate_dot(float* o, int D, const float* alpha, const std::uint16_t* p, std::int64_t ldp,
+                               const std::uint16_t* v, std::int64_t ldv, int cols, KvLineStream& next, int per_block) {
+  static_assert(kPvKeys % 2 == 0, "key pairs");
+  for (int c0 = 0; c0 < cols; c0 += kPvKeys) {
+    next.issue(per_block);
+    const int c1 = c0 + kPvKeys < cols ? c0 + kPvKeys : cols;
+    const bool first = c0 == 0;
+    int d0 = 0;
+    for (; d0 + 64 <= D; d0 += 64) pv_dot_chunk<NR, 2>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, cols, d0);
+    if (d0 < D) pv_dot_chunk<NR, 1>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, cols, d0);
+  }
+}
+
+// Rows of fp32 probabilities to bf16 (round to nearest even), with a zero
+// after an odd count (pv_dot_chunk's last pair).
+inline void probabilities_to_bf16(const float* s, int cols, std::uint16_t* out) {
+  int c = 0;
+  for (; c + 16 <= cols; c += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(s + c))));
+  }
+  if (c < cols) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (cols - c)) - 1);
+    _mm256_mask_storeu_epi16(out + c, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s + c))));
+  }
+  if (cols % 2 != 0) out[cols] = 0;
+}
+#endif
+
 // The cache lines of n floats `stride` apart (an int8 cache's per-key
 // scales), into L2.
 inline void prefetch_strided(const float* p, std::int64_t stride, int n) {
   const std::int64_t step = stride >= 16 ? 1 : 16 / (stride > 0 ? stride : 16);
   for (std::int64_t c = 0; c < n; c += step) __builtin_prefetch(p + c * stride, 0, 2);
   if (n > 0) __builtin_prefetch(p + (n - 1) * stride, 0, 2);
+}
+
+// The largest of s[0, n), -inf when n = 0; NaN entries are passed over,
+// as `s > max ? s : max` would (the NaN reaches O through its exp2).
+inline float row_max(const float* s, int n) {
+  typename Vec::T acc = Vec::set1(kNegInf);
+  int c = 0;
+  for (; c + Vec::W <= n; c += Vec::W) acc = Vec::max(Vec::load(s + c), acc);
+  float m = Vec::reduce_max(acc);
+  for (; c < n; ++c) m = s[c] > m ? s[c] : m;
+  return m;
 }
 
 // Rows [0, total) in register blocks of kRowBlock, the last ones smaller:
@@ -289,6 +446,24 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
   constexpr bool kKeyScales = kFused && KDT == DType::kI8;
   float* s = w.st;  // [head_rows][tile_kv] scores, then probabilities
   const std::int64_t lds = tkv;
+  // bf16 throughout on a CPU with VDPBF16PS: the products as pair dot
+  // products (row_scores_dot, row_accumulate_dot), with Q's bf16 rows in
+  // place of its fp32 ones and the bf16 probabilities in the V buffer, which
+  // V read in place leaves free.
+#if defined(FA_HAVE_ROW_DOT)
+  constexpr bool kDotTypes = DT == DType::kBF16 && KDT == DType::kBF16;
+  const std::int64_t ldp = tkv + 2;  // even: a pair never straddles two rows
+  const bool dot = kDotTypes && D % 32 == 0 && std::int64_t(head_rows) * ldp <= 2 * std::int64_t(tkv) * D;
+  // Q's bf16 rows where the fp32 rows would be (they take half the room).
+  auto* qh = reinterpret_cast<std::uint16_t*>(w.qt);  // [total_rows][D]
+  auto* pb = reinterpret_cast<std::uint16_t*>(w.vbuf);  // [head_rows][ldp]
+  if (dot) {
+    for (int rr = 0; rr < total_rows; ++rr) {
+      const char* qrow = qbase + ((head_of(rr) - h) * job.q_strides[1] + (rr % rows) * job.q_strides[2]) * es;
+      std::memcpy(qh + rr * D, qrow, sizeof(std::uint16_t) * D);
+    }
+  }
+#endif
   // Fused: the next tile's lines stream into L2 during this tile's work
   // (decoding reads every K/V byte once: without it each key row's load
   // waits on DRAM).  When the item's K/V heads lie side by side in a token's
@@ -362,6 +537,14 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
       }
       // Q·Kᵀ: the K/V head's rows against the tile's keys.
       for_row_blocks(head_rows, [&]<int NR>(int r0) {
+#if defined(FA_HAVE_ROW_DOT)
+        if constexpr (kDotTypes) {
+          if (dot) {
+            row_scores_dot<NR>(qh + (first + r0) * D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds, next, per_block);
+            return;
+          }
+        }
+#endif
 #if defined(FA_HAVE_SIMD_CONVERT)
         if constexpr (kFused) {
           if (fused) {
@@ -388,8 +571,7 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
             if (mrow[c] == 0) srow[c] = kNegInf;
           }
         }
-        float block_max = kNegInf;
-        for (int c = 0; c < cols; ++c) block_max = srow[c] > block_max ? srow[c] : block_max;
+        const float block_max = row_max(srow, cols);
         const float m_old = w.m[rr];
         const float m_new = block_max > m_old ? block_max : m_old;
         const float m_sub = m_new == kNegInf ? 0.0f : m_new;  // as in online_softmax_tile
@@ -407,11 +589,22 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
           const std::int64_t bh = b * job.heads + head;
           for (int c = 0; c < cols; ++c) srow[c] *= detail::dropout_factor(job.dropout, bh, i, j0 + c);
         }
+#if defined(FA_HAVE_ROW_DOT)
+        if (dot) probabilities_to_bf16(srow, cols, pb + r * ldp);
+#endif
       }
       // P·V, each row's O rescaled by its alpha.
       for_row_blocks(head_rows, [&]<int NR>(int r0) {
         float* orows = o + (first + r0) * D;
         const float* alpha = w.alpha + first + r0;
+#if defined(FA_HAVE_ROW_DOT)
+        if constexpr (kDotTypes) {
+          if (dot) {
+            row_accumulate_dot<NR>(orows, D, alpha, pb + r0 * ldp, ldp, vin, job.v_strides[2], cols, next, per_block);
+            return;
+          }
+        }
+#endif
 #if defined(FA_HAVE_SIMD_CONVERT)
         if constexpr (kFused) {
           if (fused) {
@@ -425,6 +618,11 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
       });
     }
   }
+#if defined(FA_HAVE_ROW_DOT)
+  if (dot) {
+    for (int rr = 0; rr < total_rows; ++rr) unpair_dims(o + rr * D, D);
+  }
+#endif
   const std::int64_t BH = job.batch * job.heads;
   for (int rr = 0; rr < total_rows; ++rr) {
     const std::int64_t i = query_of(rr), head = head_of(rr), bh = b * job.heads + head;

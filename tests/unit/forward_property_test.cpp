@@ -927,6 +927,61 @@ TEST_P(EdgeCases, ShortGqaQueriesOnThePackedTile) {
   }
 }
 
+// Decoding and short queries at head_dims that are multiples of 32, where
+// bf16 on the avx512bf16 path runs the row path's VDPBF16PS products (K and
+// V read in place as key pairs, P rounded to bf16, O in paired order until
+// the end): odd key counts (a last key without a partner), whole K/V rows of
+// several heads (BSH), a paged cache, splits, and the score modifiers,
+// against the float64 reference and the accuracy rule.  On every path and
+// dtype, so the other row paths answer the same cases.
+TEST_P(EdgeCases, ShortQueriesAtWholeVectorsOfPairs) {
+  if (kFa1) GTEST_SKIP() << "FA1 has no row path";
+  struct Shape {
+    int seq_q, heads, kv_heads, head_dim, seq_kv, splits, block;
+    Layout layout;
+    MaskMode mask;
+  };
+  for (const Shape& s : {Shape{1, 16, 2, 128, 333, 3, 0, Layout::kBSH, MaskMode::kNone},
+                         Shape{4, 8, 4, 64, 257, 1, 0, Layout::kBNSD, MaskMode::kCausal},
+                         Shape{2, 8, 8, 96, 101, 2, 32, Layout::kBSH, MaskMode::kCausal},
+                         Shape{3, 12, 6, 256, 71, 1, 0, Layout::kBSND, MaskMode::kNone}}) {
+    CaseSpec c;
+    c.dtype = dtype();
+    c.seed = 500 + s.head_dim;
+    c.layout = s.layout;
+    c.mask = s.mask;
+    c.with_sinks = s.seq_q != 4;
+    c.with_alibi = s.seq_q == 4;
+    c.bias_heads = s.seq_q == 3 ? s.heads : 0;
+    c.paged_block_size = s.block;
+    c.accuracy_rule = true;
+    fa::AttentionParams& p = c.params;
+    p.batch = 2;
+    p.seq_q = s.seq_q;
+    p.seq_kv = s.seq_kv;
+    p.num_heads = s.heads;
+    p.num_kv_heads = s.kv_heads;
+    p.head_dim = s.head_dim;
+    p.softcap = s.seq_q == 2 ? 6.0f : 0.0f;
+    p.keep_prob = s.seq_q == 4 ? 0.8f : 1.0f;
+    p.dropout_seed = 7;
+    p.num_splits = s.splits;
+    p.isa = isa();
+    const std::string where = "seq_q " + std::to_string(s.seq_q) + " head_dim " + std::to_string(s.head_dim);
+    fa::TilePlan plan;
+    ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok()) << where;
+    if (isa() == fa::Isa::kAvx512Bf16 && dtype() == DType::kBF16) {  // groups of up to 8 rows: the row path
+      EXPECT_FALSE(plan.pack_tile) << where << ": bf16 short queries take the row path's pair products here";
+    }
+    const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    EXPECT_EQ(r.nonfinite, 0) << where;
+    EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(dtype())) << fa::cli::describe(c);
+    EXPECT_LE(r.lse_max_error, fa::cli::lse_bound(dtype())) << fa::cli::describe(c);
+    EXPECT_LE(r.max_abs_error, 2.0 * r.yardstick_max_abs) << fa::cli::describe(c);
+  }
+}
+
 // Inputs stored in a dtype, and a call on them: for tests that compare two
 // calls on the same data bit for bit.
 struct StoredCall {
