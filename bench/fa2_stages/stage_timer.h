@@ -188,6 +188,7 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   job.num_splits = 1;
   job.pack_group = 1;
   job.q_step = tq;
+  job.row_rows = detail::kRowPathMaxRows;  // tq >= 16: the tile loop
   job.lse_strides[0] = job.lse_strides[1] = tq;
   job.split_keys = seq_kv;
   const double item = ns_per_call([&] { run_q_tile<DT, false>(job, w, tile_item(job, 0, 0, 0)); }, cfg.seconds);

@@ -269,6 +269,7 @@ AttentionJob planned_job(const AttentionParams& p, DType dtype, const Plan& plan
   job.pack_group = tiles.pack_gqa;
   job.pack_tile = tiles.pack_tile;
   job.q_step = tiles.q_step;
+  job.row_rows = tiles.row_rows;
   job.kv_pack_tiles = (p.seq_kv + plan.tile_kv - 1) / plan.tile_kv;
   job.async_prefetch = p.async_prefetch.value_or(kAsyncPrefetch);
   return job;

@@ -290,10 +290,11 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // avx512bf16 path, head_dim a multiple of 32) it keeps groups of up to 8
   // rows (decoding at 64/8: 1.4-2x the packed tile) and the tile takes 16
   // and more (4 rows at 32/8 and 64/8: 1.15-1.25x the row path in BNSD).
-  const bool row_dot = isa == Isa::kAvx512Bf16 && dtype == DType::kBF16 && p.head_dim % 32 == 0;
+  const bool row_dot = detail::row_path_has_pair_products(isa, dtype, kv_dtype, p.head_dim);
+  const int row_rows = detail::row_path_max_rows(isa, dtype, kv_dtype, p.head_dim);
   const bool pair_rows = matrix && kv_dtype == dtype && group * longest_q >= (row_dot ? 9 : 8);
   bool pack_tile = version != Version::kFA1 && group > 1 && longest_q <= kPackTileMaxRows &&
-                   (longest_q > detail::kRowPathMaxRows || pair_rows);
+                   (longest_q > row_rows || pair_rows);
   int tq = p.tile_q != 0 ? p.tile_q : detail::kDefaultTileQ;
   int tkv = p.tile_kv != 0 ? p.tile_kv : detail::kDefaultTileKv;
   bool kv_from_table = false;  // tkv resolved from the target's table (not the caller, build or tuning cache)
@@ -355,6 +356,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   plan->tile_q = tq;
   plan->tile_kv = tkv;
   plan->pack_tile = pack_tile;
+  plan->row_rows = row_rows;
   plan->q_step = pack_tile ? tq / static_cast<int>(group) : tq;
   const int step = plan->q_step;
   plan->working_set_bytes = working_set(tq, tkv);
@@ -373,7 +375,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // Short queries (decoding, and the packed tiles) are memory-bound: the
   // build default splits them whenever the items would leave threads idle,
   // FA_SPLIT_ENABLE or not (it sets the default of longer queries).
-  const bool short_queries = !pack_tile && version != Version::kFA1 && longest_q <= detail::kRowPathMaxRows;
+  const bool short_queries = !pack_tile && version != Version::kFA1 && longest_q <= row_rows;
   const int build_splits = detail::kSplitByDefault || short_queries || pack_tile ? kSplitsAuto : 1;
   if (short_queries) {
     const bool splits_may_run =

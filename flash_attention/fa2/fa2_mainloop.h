@@ -58,7 +58,7 @@ void run_tile(const AttentionJob& job, const Workspace& w, const TileItem& it) {
 // `run_tile` (a tile packed with a GQA group's heads takes either of these).
 template <DType DT, bool kPrefetch>
 void run_q_tile(const AttentionJob& job, const Workspace& w, const TileItem& it) {
-  if (!job.pack_tile && (it.rows <= kRowPathMaxRows || job.pack_group > 1)) {
+  if (!job.pack_tile && (it.rows <= job.row_rows || job.pack_group > 1)) {
     run_rows<DT, kPrefetch>(job, w, it);
     return;
   }

@@ -187,7 +187,7 @@ struct Fa3Loop {
   // Whether a Q tile runs FA2's way (see the header comment) rather than in
   // the interleaved pair.
   static bool alone(const AttentionJob& job, const TileItem& it) {
-    return it.rows <= kRowPathMaxRows || job.pack_group > 1;
+    return it.rows <= job.row_rows || job.pack_group > 1;
   }
 
   template <DType DT, bool kPrefetch>

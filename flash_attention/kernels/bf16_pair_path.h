@@ -445,7 +445,7 @@ inline bool engine_handles(DType dtype) {
 template <class Engine>
 inline std::size_t pair_kv_pack_bytes(const AttentionJob& job) {
   if (!engine_handles<Engine>(job.dtype) || !pair_tile_path_fits(job) || job.pack_group > 1 ||
-      job.seq_q <= detail::kRowPathMaxRows || job.q_tiles * job.kv_group < 2) {
+      job.seq_q <= job.row_rows || job.q_tiles * job.kv_group < 2) {
     return 0;  // not the tile path, or each K/V tile is visited once per call
   }
   const int kP = job.dtype == DType::kF16 ? 2 : 1;

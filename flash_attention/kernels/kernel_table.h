@@ -15,7 +15,18 @@ namespace fa::detail {
 
 // Q tiles this short run row by row with keys, not query rows, in the vector
 // lanes: decoding (one query row) would otherwise idle all lanes but one.
+// Where the row path's products are VDPBF16PS pair dot products (row_path.h:
+// bf16 Q, K and V on the avx512bf16 path, head_dim a multiple of 32) a row
+// costs about half as much, and tiles of up to kRowPathPairRows take it
+// (TilePlan::row_rows, AttentionJob::row_rows).
 inline constexpr int kRowPathMaxRows = 4;
+inline constexpr int kRowPathPairRows = 8;
+inline bool row_path_has_pair_products(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
+  return isa == Isa::kAvx512Bf16 && dtype == DType::kBF16 && kv_dtype == DType::kBF16 && head_dim % 32 == 0;
+}
+inline int row_path_max_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
+  return row_path_has_pair_products(isa, dtype, kv_dtype, head_dim) ? kRowPathPairRows : kRowPathMaxRows;
+}
 
 // The stages of the tile loops that FA_STAGE_TIMING=1 times (TSC cycles,
 // summed over items and threads): Q loaded and the row state set up; K/V
@@ -103,6 +114,7 @@ struct AttentionJob {
   // head a tile (tile_q / pack_group; else q_step = tile_q).
   bool pack_tile;
   int q_step;
+  int row_rows;  // a Q tile of at most this many rows runs the row path (TilePlan::row_rows)
   float* partial_o;
   float* partial_lse;
   // The amx path's K/V tiles packed once per call and shared by every Q tile

@@ -56,8 +56,6 @@ inline float row_denominator(float l) { return l > 0.0f ? l : __builtin_inff(); 
 // reached (its sum is NaN).
 inline float row_lse(float m, float l) { return l == 0.0f ? kNegInf : m * kLn2 + std::log(l); }
 
-using detail::kRowPathMaxRows;
-
 // s[c] = exp2(s[c] - sub) for c < n; returns the sum.
 inline float exp2_row(float* s, int n, float sub) {
   typename Vec::T total = Vec::zero();

@@ -1,4 +1,4 @@
-// The row path: Q tiles of at most kRowPathMaxRows rows (decoding, a
+// The row path: Q tiles of at most job.row_rows rows (decoding, a
 // sequence's last rows, GQA-packed groups) run row by row with keys in the
 // vector lanes for the scores and head_dim in the lanes for P·V, so decoding
 // does not idle 15 of 16 lanes.  Shared by FA2 and FA3.
@@ -11,7 +11,6 @@
 
 namespace fa::FA_KERNEL_NS {
 
-using detail::kRowPathMaxRows;
 
 
 // K and V elements of the row path: fp32 rows, or 16-bit and 8-bit rows
@@ -383,17 +382,17 @@ inline int row_blocks(int total) {
 }
 
 // Rows the row path holds at once: a Q tile's, or a packed unit's (its
-// query heads x at most kRowPathMaxRows rows each), and the scratch that
+// query heads x at most job.row_rows rows each), and the scratch that
 // takes (the loops size their workspace to cover it).
 inline int row_path_rows(const AttentionJob& job) {
-  const int packed = job.pack_group * (job.tile_q < kRowPathMaxRows ? job.tile_q : kRowPathMaxRows);
+  const int packed = job.pack_group * (job.tile_q < job.row_rows ? job.tile_q : job.row_rows);
   return packed > job.tile_q ? packed : job.tile_q;
 }
 inline std::size_t row_path_workspace_floats(const AttentionJob& job) {
   return Workspace::floats(row_path_rows(job), job.tile_kv, static_cast<int>(job.head_dim));
 }
 
-// The row path (see kRowPathMaxRows): per K/V tile and query row, scores
+// The row path (see detail::kRowPathMaxRows): per K/V tile and query row, scores
 // by dot products over head_dim, the online softmax over keys in the lanes,
 // and P·V with head_dim in the lanes.  Same masking, chunking and outputs as
 // the tile path.  With packing (job.pack_group = g > 1) the item holds the

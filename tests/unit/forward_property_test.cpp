@@ -797,8 +797,9 @@ TEST_P(EdgeCases, PackedGqaTileEqualsRepeatedKvHeads) {
   }
   for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
     const std::int64_t D = layout == Layout::kBSH ? 40 : 64;
-    // Two query counts a layout: a partial vector and whole ones, 5 to 32.
-    for (std::int64_t seq_q : layout == Layout::kBSH ? std::array{5, 32} : std::array{8, 19}) {
+    // Two query counts a layout: a partial vector and whole ones, 5 to 32
+    // (past TilePlan::row_rows, so the repeated call runs a tile per head too).
+    for (std::int64_t seq_q : layout == Layout::kBSH ? std::array{5, 32} : std::array{9, 19}) {
       for (int variant = 0; variant < 2; ++variant) {
         fa::AttentionParams p;
         p.batch = 2;
@@ -930,8 +931,10 @@ TEST_P(EdgeCases, ShortGqaQueriesOnThePackedTile) {
 // Decoding and short queries at head_dims that are multiples of 32, where
 // bf16 on the avx512bf16 path runs the row path's VDPBF16PS products (K and
 // V read in place as key pairs, P rounded to bf16, O in paired order until
-// the end): odd key counts (a last key without a partner), whole K/V rows of
-// several heads (BSH), a paged cache, splits, and the score modifiers,
+// the end) for up to 8 rows a head (TilePlan::row_rows): odd key counts (a
+// last key without a partner), whole K/V rows of several heads (BSH), a
+// paged cache, splits, 5 to 8 rows of multi-head calls, and the score
+// modifiers,
 // against the float64 reference and the accuracy rule.  On every path and
 // dtype, so the other row paths answer the same cases.
 TEST_P(EdgeCases, ShortQueriesAtWholeVectorsOfPairs) {
@@ -944,7 +947,9 @@ TEST_P(EdgeCases, ShortQueriesAtWholeVectorsOfPairs) {
   for (const Shape& s : {Shape{1, 16, 2, 128, 333, 3, 0, Layout::kBSH, MaskMode::kNone},
                          Shape{4, 8, 4, 64, 257, 1, 0, Layout::kBNSD, MaskMode::kCausal},
                          Shape{2, 8, 8, 96, 101, 2, 32, Layout::kBSH, MaskMode::kCausal},
-                         Shape{3, 12, 6, 256, 71, 1, 0, Layout::kBSND, MaskMode::kNone}}) {
+                         Shape{3, 12, 6, 256, 71, 1, 0, Layout::kBSND, MaskMode::kNone},
+                         Shape{7, 4, 4, 64, 139, 2, 0, Layout::kBSH, MaskMode::kCausal},
+                         Shape{8, 2, 2, 32, 45, 1, 16, Layout::kBNSD, MaskMode::kNone}}) {
     CaseSpec c;
     c.dtype = dtype();
     c.seed = 500 + s.head_dim;
@@ -972,6 +977,9 @@ TEST_P(EdgeCases, ShortQueriesAtWholeVectorsOfPairs) {
     ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok()) << where;
     if (isa() == fa::Isa::kAvx512Bf16 && dtype() == DType::kBF16) {  // groups of up to 8 rows: the row path
       EXPECT_FALSE(plan.pack_tile) << where << ": bf16 short queries take the row path's pair products here";
+      EXPECT_EQ(plan.row_rows, 8) << where;
+    } else {
+      EXPECT_EQ(plan.row_rows, 4) << where;
     }
     const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
     ASSERT_TRUE(r.status.ok()) << r.status.message();

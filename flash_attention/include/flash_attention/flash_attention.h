@@ -288,7 +288,8 @@ struct FA_API AttentionParams {
   // keys, whole K/V tiles) computed in parallel, each giving a partial output
   // and log-sum-exp, combined exactly.  1 = unsplit, N = at most N chunks,
   // kSplitsAuto = the planner decides, 0 = the build's default (auto with
-  // FA_SPLIT_ENABLE=ON, and for short queries of at most 4 rows, else 1).
+  // FA_SPLIT_ENABLE=ON, and for short queries of at most TilePlan::row_rows
+  // rows, else 1).
   int num_splits = 0;
   // Kernel path; unset means the FA_ISA environment variable when set, else
   // the fastest path this build and CPU have.
@@ -408,8 +409,9 @@ FA_API double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t byte
 // and for fp16 split exactly into two bf16 pieces (three products each); the
 // avx512bf16 path for bf16; on both, FP8 inputs (FA3) widened exactly to
 // bf16; any head_dim (padded to the engines' 32-dim step; K/V tiles of
-// at least 32 keys).  Query tiles of at most 4 rows run on the vector unit
-// whatever the path.
+// at least 32 keys).  Query tiles of at most TilePlan::row_rows rows run on
+// the row path whatever the path (on avx512bf16 with VDPBF16PS: the unit
+// this measures).
 FA_API bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim);
 
 // ------------------------------------------------------------- KV cache ---
@@ -491,19 +493,27 @@ struct TilePlan {
                                       // per-sequence lengths (cu_seqlens, seqlens_kv)
   std::int64_t split_keys = 0;        // keys per chunk (a multiple of tile_kv)
   // Query heads one work item holds (1 = none).  Short queries (decoding,
-  // at most 4 rows) pack every head of a batch, so each K/V tile is read
+  // at most row_rows rows) pack every head of a batch, so each K/V tile is read
   // once per GQA group instead of once per query head, and all K/V heads of
   // a token row together; beyond 1024 rows an item, one GQA group.
   int pack_gqa = 1;
   // Whether the packed heads' rows run the tile path rather than the row
-  // path: queries of 5 to 32 rows in GQA groups (speculative decoding, the
-  // tail of chunked prefill), and of 1 to 4 rows where the bf16 pair engines
-  // (avx512bf16, amx) run the call and a group holds at least 8 rows.  A
+  // path: queries of row_rows + 1 to 32 rows in GQA groups (speculative
+  // decoding, the tail of chunked prefill), and shorter ones where the bf16
+  // pair engines (avx512bf16, amx) run the call and a group holds at least 8
+  // rows (on avx512bf16 with row_rows 8: more than 8).  A
   // tile then holds the rows of one K/V head's whole group, head after head:
   // tile_q rows in all, q_step of each head (tile_q / pack_gqa; without
   // packing q_step = tile_q).
   bool pack_tile = false;
   int q_step = 0;
+  // The most rows a Q tile may have to run the row path (decoding and short
+  // queries: keys in the vector lanes, not query rows): 4, or 8 where the
+  // row path's products are VDPBF16PS pair dot products (bf16 Q, K and V on
+  // the avx512bf16 path, head_dim a multiple of 32), which cost about half
+  // of the FMA row path's, so a head's 5 to 8 rows no longer take half of a
+  // 16-row tile.
+  int row_rows = 4;
 };
 
 // Resolves the tiles, threads, splits and work items `version`'s forward
