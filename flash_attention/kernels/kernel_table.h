@@ -21,10 +21,11 @@ namespace fa::detail {
 // (TilePlan::row_rows, AttentionJob::row_rows).
 inline constexpr int kRowPathMaxRows = 4;
 inline constexpr int kRowPathPairRows = 8;
-inline bool row_path_has_pair_products(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
+// (static: this header is compiled with every path's flags, see DESIGN.)
+static constexpr bool row_path_has_pair_products(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
   return isa == Isa::kAvx512Bf16 && dtype == DType::kBF16 && kv_dtype == DType::kBF16 && head_dim % 32 == 0;
 }
-inline int row_path_max_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
+static constexpr int row_path_max_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
   return row_path_has_pair_products(isa, dtype, kv_dtype, head_dim) ? kRowPathPairRows : kRowPathMaxRows;
 }
 
