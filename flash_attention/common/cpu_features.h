@@ -9,7 +9,7 @@ namespace fa::detail {
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
-  bool avx512_bf16 = false, avx512_fp16 = false;
+  bool avx512_vnni = false, avx512_bf16 = false, avx512_fp16 = false;
   bool amx_tile = false, amx_bf16 = false;
   // Operating-system state saving (XCR0): vector registers usable at all.
   bool os_avx = false, os_avx512 = false, os_amx = false;
@@ -19,7 +19,9 @@ struct CpuFeatures {
   bool has_avx512_path() const {
     return has_avx2_path() && os_avx512 && avx512f && avx512bw && avx512vl && avx512dq;
   }
-  bool has_avx512bf16_path() const { return has_avx512_path() && avx512_bf16; }
+  // AVX512_VNNI beside AVX512_BF16 (every CPU with the one has the other):
+  // the row path's int8-cache products are VPDPWSSD there.
+  bool has_avx512bf16_path() const { return has_avx512_path() && avx512_vnni && avx512_bf16; }
   // Whether VDPBF16PS outpaces the FMA loop, so the automatic choice may
   // take the avx512bf16 path: on AMD Zen 4 it does twice an FMA's work at
   // the FMA's rate (measured, docs/PERF.md); on Intel cores it runs at half
@@ -28,7 +30,7 @@ struct CpuFeatures {
   // asked for (--isa, FA_ISA).
   bool bf16_dot_outpaces_fma() const { return has_avx512bf16_path() && amd; }
   bool has_amx_path() const {
-    return has_avx512_path() && avx512_bf16 && avx512_fp16 && os_amx && amx_tile && amx_bf16;
+    return has_avx512bf16_path() && avx512_fp16 && os_amx && amx_tile && amx_bf16;
   }
 };
 

@@ -79,7 +79,7 @@ const char* requirement(Isa isa) {
     case Isa::kGeneric: return "x86-64";
     case Isa::kAvx2: return "avx2+fma+f16c";
     case Isa::kAvx512: return "avx512f+avx512bw+avx512vl+avx512dq";
-    case Isa::kAvx512Bf16: return "avx512f+avx512bw+avx512vl+avx512dq+avx512-bf16";
+    case Isa::kAvx512Bf16: return "avx512f+avx512bw+avx512vl+avx512dq+avx512-vnni+avx512-bf16";
     case Isa::kAmx: return FA_AMX_EMULATION ? "avx512f+avx512bw+avx512vl+avx512dq+avx512-bf16 (amx emulated)"
                                             : "amx-tile+amx-bf16+avx512-bf16+avx512-fp16";
   }

@@ -4,6 +4,8 @@
 // does not idle 15 of 16 lanes.  Shared by FA2 and FA3.
 #pragma once
 
+#include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "kv_tiles.h"
@@ -196,6 +198,209 @@ inline void row_accumulate(float* o, int D, const float* alpha, const float* p, 
   }
 }
 
+#if defined(__AVX512BW__)
+// 32 dims held as two vectors of key pairs interleaved by VPUNPCKLWD /
+// VPUNPCKHWD (dims {0-3, 8-11, 16-19, 24-27} of the 32, then the others),
+// back in head_dim order.
+inline void unpair32(__m512 lo, __m512 hi, __m512& first, __m512& second) {
+  const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  first = _mm512_permutex2var_ps(lo, lo_idx, hi);
+  second = _mm512_permutex2var_ps(lo, hi_idx, hi);
+}
+
+// An int8 cache on the AVX-512 paths: the row path's two products in
+// integers.  Q's rows are quantized to int16 with a scale a row (a step of
+// 2^-15 of the row's largest element), the probabilities times their keys'
+// V scales to int16 with a scale a row and tile; K and V are sign-extended
+// to int16 in registers and each pair of products is summed into an int32
+// lane by one VPDPWSSD (AVX512_VNNI; VPMADDWD and VPADDD on the avx512
+// path).  Against the FMA products this drops the widening of every K and V
+// element to fp32 (two instructions for 16) and the per-key scale inside
+// both loops, which is what bounds GQA decoding on such a cache.  The
+// int16 steps are far finer than the cache's own int8 step (the error
+// against the reference on the dequantized cache stays that of the fp32
+// products; forward_property_test's quantized cases).
+#define FA_HAVE_ROW_I8 1
+
+inline __m512i dot_i16(__m512i acc, __m512i a, __m512i b) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpwssd_epi32(acc, a, b);
+#else
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+
+// 32 int8 values at p as int16, only the first n (the rest zero) when
+// n < 32: a row's last dims are read with a mask, never past it.
+inline __m512i load_i8_as_i16(const std::int8_t* p, int n) {
+  const __m256i x = n >= 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                            : _mm256_maskz_loadu_epi8(static_cast<__mmask32>((std::uint64_t{1} << n) - 1), p);
+  return _mm512_cvtepi8_epi16(x);
+}
+
+// Row q (D finite floats) as int16 in out[0, Dp), zero from D on; returns
+// the scale (q ~ out * scale), 0 for a row of zeros.
+inline float quantize_row_i16(const float* q, int D, int Dp, std::int16_t* out) {
+  float top = 0.0f;
+  for (int d = 0; d < D; ++d) top = std::fabs(q[d]) > top ? std::fabs(q[d]) : top;
+  const float inv = top > 0.0f ? 32767.0f / top : 0.0f;
+  for (int d = 0; d < D; ++d) {
+    const float x = std::nearbyint(q[d] * inv);
+    out[d] = static_cast<std::int16_t>(x > 32767.0f ? 32767.0f : x < -32767.0f ? -32767.0f : x);
+  }
+  for (int d = D; d < Dp; ++d) out[d] = 0;
+  return top / 32767.0f;
+}
+
+// The largest int16 a probability takes in a tile of `cols` keys, so that
+// no int32 lane of P·V can overflow (|v| <= 128).
+inline float i16_probability_top(int cols) {
+  const double fit = 2147483647.0 / (128.0 * (cols > 0 ? cols : 1));
+  return fit < 32767.0 ? static_cast<float>(std::floor(fit)) : 32767.0f;
+}
+
+// s[r * lds + c] = dot(q_r, k_c) in the quantized units (the softmax
+// applies Q's and K's scales with the score scale, vectorized), with q
+// int16 rows (q: [NR][Dp], zero past D) and an int8 K: per 32 dims one
+// VPDPWSSD a row and key, summed in the same order whatever NR.
+template <int NR>
+inline void row_scores_i8(const std::int16_t* q, int Dp, int D, const std::int8_t* k, std::int64_t ldk, int cols,
+                          float* s, std::int64_t lds, KvLineStream& next, int per_block) {
+  constexpr int KB = kKeyBlock;
+  int c = 0;
+  for (; c + KB <= cols; c += KB) {
+    next.issue(per_block);
+    __m512i acc[NR][KB];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+#pragma GCC unroll 4
+      for (int j = 0; j < KB; ++j) acc[r][j] = _mm512_setzero_si512();
+    }
+    for (int d = 0; d < D; d += 32) {
+      __m512i kv[KB];
+#pragma GCC unroll 4
+      for (int j = 0; j < KB; ++j) kv[j] = load_i8_as_i16(k + (c + j) * ldk + d, D - d);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; ++r) {
+        const __m512i qv = _mm512_loadu_si512(q + r * Dp + d);
+#pragma GCC unroll 4
+        for (int j = 0; j < KB; ++j) acc[r][j] = dot_i16(acc[r][j], qv, kv[j]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      Vec::reduce_add4(_mm512_cvtepi32_ps(acc[r][0]), _mm512_cvtepi32_ps(acc[r][1]), _mm512_cvtepi32_ps(acc[r][2]),
+                       _mm512_cvtepi32_ps(acc[r][3]), s + r * lds + c);
+    }
+  }
+  for (; c < cols; ++c) {  // the last cols % KB keys, one at a time
+    next.issue(per_block);
+    for (int r = 0; r < NR; ++r) {
+      __m512i acc = _mm512_setzero_si512();
+      for (int d = 0; d < D; d += 32) acc = dot_i16(acc, _mm512_loadu_si512(q + r * Dp + d), load_i8_as_i16(k + c * ldk + d, D - d));
+      s[r * lds + c] = _mm512_reduce_add_ps(_mm512_cvtepi32_ps(acc));
+    }
+  }
+}
+
+// Row p of a tile's probabilities times each key's V scale (vs, unit
+// stride), as int16 in out (with a zero after an odd count: the last key
+// pair); returns the scale (p_c vs_c ~ out[c] * scale), NaN when a product
+// is not finite (the caller then takes the fp32 products for the tile).
+inline float probabilities_to_i16(const float* p, const float* vs, int cols, float top, std::int16_t* out) {
+  __m512 largest = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  for (int c = 0; c < cols; c += 16) {
+    const __mmask16 m = cols - c >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (cols - c)) - 1);
+    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + c), _mm512_maskz_loadu_ps(m, vs + c));
+    bad |= _mm512_fpclass_ps_mask(x, 0x99);  // NaN or infinity
+    largest = _mm512_max_ps(largest, _mm512_abs_ps(x));
+  }
+  if (bad) return std::numeric_limits<float>::quiet_NaN();
+  const float m = _mm512_reduce_max_ps(largest);
+  const __m512 inv = _mm512_set1_ps(m > 0.0f ? top / m : 0.0f);
+  for (int c = 0; c < cols; c += 16) {
+    const __mmask16 k = cols - c >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (cols - c)) - 1);
+    const __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + c), _mm512_maskz_loadu_ps(k, vs + c)), inv);
+    _mm256_mask_storeu_epi16(out + c, k, _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(x)));
+  }
+  if (cols % 2 != 0) out[cols] = 0;
+  return m / top;
+}
+
+// NC x 32 dims from d0 of NR rows: o = o * alpha + p_scale * sum over the
+// tile's key pairs of (p_c, p_c+1) · (v_c, v_c+1), the sums in int32 lanes
+// (V's rows sign-extended and interleaved as pv_dot_chunk's), put back in
+// head_dim order as they reach o.  Every key pair of the tile goes through
+// one chunk's registers before the next chunk: the tile's int8 V rows (8
+// KiB at 64 keys of head_dim 128) stay in L1 across the chunks.  An odd
+// tile's last key is paired with zeros, never read past; dims past D are
+// read as zeros and never written.
+template <int NR, int NC>
+inline void pv_i8_chunk(float* o, int D, const float* alpha, const float* p_scale, const std::int16_t* p,
+                        std::int64_t ldp, const std::int8_t* v, std::int64_t ldv, int cols, int d0, KvLineStream& next,
+                        int per_block) {
+  __m512i acc[NR][2 * NC];
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 2 * NC; ++k) acc[r][k] = _mm512_setzero_si512();
+  }
+  for (int c = 0; c < cols; c += 2) {
+    if (d0 == 0 && c % kPvKeys == 0) next.issue(per_block);
+    __m512i vv[2 * NC];
+#pragma GCC unroll 4
+    for (int k = 0; k < NC; ++k) {
+      const int n = D - d0 - 32 * k;
+      const __m512i a = load_i8_as_i16(v + c * ldv + d0 + 32 * k, n);
+      const __m512i b = c + 1 < cols ? load_i8_as_i16(v + (c + 1) * ldv + d0 + 32 * k, n) : _mm512_setzero_si512();
+      vv[2 * k] = _mm512_unpacklo_epi16(a, b);
+      vv[2 * k + 1] = _mm512_unpackhi_epi16(a, b);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      std::int32_t pair;
+      __builtin_memcpy(&pair, p + r * ldp + c, sizeof pair);
+      const __m512i pr = _mm512_set1_epi32(pair);
+#pragma GCC unroll 4
+      for (int k = 0; k < 2 * NC; ++k) acc[r][k] = dot_i16(acc[r][k], pr, vv[k]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) {
+    const __m512 va = _mm512_set1_ps(alpha[r]), vs = _mm512_set1_ps(p_scale[r]);
+#pragma GCC unroll 4
+    for (int k = 0; k < NC; ++k) {
+      __m512 first, second;
+      unpair32(_mm512_cvtepi32_ps(acc[r][2 * k]), _mm512_cvtepi32_ps(acc[r][2 * k + 1]), first, second);
+      const int d = d0 + 32 * k, n = D - d;
+      float* out = o + r * D + d;
+      const __mmask16 m0 = n >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+      const __mmask16 m1 = n >= 32 ? __mmask16(0xFFFF) : n > 16 ? static_cast<__mmask16>((1u << (n - 16)) - 1) : 0;
+      _mm512_mask_storeu_ps(out, m0, _mm512_fmadd_ps(first, vs, _mm512_mul_ps(_mm512_maskz_loadu_ps(m0, out), va)));
+      if (m1) _mm512_mask_storeu_ps(out + 16, m1, _mm512_fmadd_ps(second, vs, _mm512_mul_ps(_mm512_maskz_loadu_ps(m1, out + 16), va)));
+    }
+  }
+}
+
+// row_accumulate for an int8 V and int16 P (pv_i8_chunk): head_dim in
+// chunks of 64 (the last of 32 where that covers it).
+template <int NR>
+inline void row_accumulate_i8(float* o, int D, const float* alpha, const float* p_scale, const std::int16_t* p,
+                              std::int64_t ldp, const std::int8_t* v, std::int64_t ldv, int cols, KvLineStream& next,
+                              int per_block) {
+  static_assert(kPvKeys % 2 == 0, "key pairs");
+  for (int d0 = 0; d0 < D; d0 += 64) {
+    if (D - d0 > 32) {
+      pv_i8_chunk<NR, 2>(o, D, alpha, p_scale, p, ldp, v, ldv, cols, d0, next, per_block);
+    } else {
+      pv_i8_chunk<NR, 1>(o, D, alpha, p_scale, p, ldp, v, ldv, cols, d0, next, per_block);
+    }
+  }
+}
+#endif
+
 #if defined(FA_HAVE_BF16_DOT) || (defined(FA_HAVE_AMX) && !FA_AMX_EMULATION)
 // bf16 Q, K and V on a CPU with VDPBF16PS (the avx512bf16 and amx paths):
 // the row path's two products as bf16 pair dot products, on K and V read in
@@ -256,12 +461,11 @@ inline void row_scores_dot(const std::uint16_t* q, int D, const std::uint16_t* k
 // the 32, then the others.  The row path keeps O in that order while it
 // runs and puts it back once, at the end (unpair_dims).
 inline void unpair_dims(float* o, int D) {
-  const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-  const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
   for (int d = 0; d < D; d += 32) {
-    const __m512 lo = _mm512_loadu_ps(o + d), hi = _mm512_loadu_ps(o + d + 16);
-    _mm512_storeu_ps(o + d, _mm512_permutex2var_ps(lo, lo_idx, hi));
-    _mm512_storeu_ps(o + d + 16, _mm512_permutex2var_ps(lo, hi_idx, hi));
+    __m512 first, second;
+    unpair32(_mm512_loadu_ps(o + d), _mm512_loadu_ps(o + d + 16), first, second);
+    _mm512_storeu_ps(o + d, first);
+    _mm512_storeu_ps(o + d + 16, second);
   }
 }
 
@@ -341,6 +545,17 @@ inline void probabilities_to_bf16(const float* s, int cols, std::uint16_t* out) 
   if (cols % 2 != 0) out[cols] = 0;
 }
 #endif
+
+// Whether x[0, n) are all finite (exponent bits not all ones).
+inline bool all_finite(const float* x, int n) {
+  int bad = 0;
+  for (int i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    bad |= (bits & 0x7f800000u) == 0x7f800000u;
+  }
+  return bad == 0;
+}
 
 // The cache lines of n floats `stride` apart (an int8 cache's per-key
 // scales), into L2.
@@ -449,9 +664,11 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
   // products (row_scores_dot, row_accumulate_dot), with Q's bf16 rows in
   // place of its fp32 ones and the bf16 probabilities in the V buffer, which
   // V read in place leaves free.
+#if defined(FA_HAVE_ROW_DOT) || defined(FA_HAVE_ROW_I8)
+  const std::int64_t ldp = tkv + 2;  // even: a pair never straddles two rows
+#endif
 #if defined(FA_HAVE_ROW_DOT)
   constexpr bool kDotTypes = DT == DType::kBF16 && KDT == DType::kBF16;
-  const std::int64_t ldp = tkv + 2;  // even: a pair never straddles two rows
   const bool dot = kDotTypes && D % 32 == 0 && std::int64_t(head_rows) * ldp <= 2 * std::int64_t(tkv) * D;
   // Q's bf16 rows where the fp32 rows would be (they take half the room).
   auto* qh = reinterpret_cast<std::uint16_t*>(w.qt);  // [total_rows][D]
@@ -461,6 +678,31 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
       const char* qrow = qbase + ((head_of(rr) - h) * job.q_strides[1] + (rr % rows) * job.q_strides[2]) * es;
       std::memcpy(qh + rr * D, qrow, sizeof(std::uint16_t) * D);
     }
+  }
+#endif
+  // An int8 cache on AVX-512: the products in integers (row_scores_i8,
+  // row_accumulate_i8), but for a tile whose scales are not all finite, or
+  // a row block whose probabilities are not, which take the fp32 products
+  // (the NaN rule as the reference says).  The K buffer, free but for the
+  // tile's key scales, holds P's scales, Q's and Q's int16 rows; the V
+  // buffer P's int16 rows.  A Q row that is not finite keeps the item on
+  // the fp32 products.
+#if defined(FA_HAVE_ROW_I8)
+  constexpr bool kI8Types = kKeyScales;
+  const int Dp = (D + 31) / 32 * 32;
+  float* p_scale = w.kbuf + pad16(2 * std::size_t(tkv));
+  float* q_scale = p_scale + pad16(head_rows);
+  auto* q16 = reinterpret_cast<std::int16_t*>(q_scale + pad16(total_rows));
+  auto* p16 = reinterpret_cast<std::int16_t*>(w.vbuf);
+  const std::size_t buffer_floats = std::size_t(tkv) * D;
+  bool i8 = kI8Types && pad16(2 * std::size_t(tkv)) + pad16(head_rows) + pad16(total_rows) +
+                                std::size_t(total_rows) * Dp / 2 <= buffer_floats &&
+            std::size_t(head_rows) * ldp / 2 <= buffer_floats;
+  if (i8) {
+    for (int rr = 0; rr < total_rows && i8; ++rr) {
+      for (int d = 0; d < D; ++d) i8 = i8 && std::isfinite(q[rr * D + d]);
+    }
+    for (int rr = 0; i8 && rr < total_rows; ++rr) q_scale[rr] = quantize_row_i16(q + rr * D, D, Dp, q16 + rr * Dp);
   }
 #endif
   // Fused: the next tile's lines stream into L2 during this tile's work
@@ -511,22 +753,31 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
           w.vbuf[i] *= kUnit;
         }
       }
-      // An int8 cache's scales of the tile's keys, gathered into the
-      // (otherwise unused) K buffer once per tile, so the products' inner
-      // loops read them from L1 at unit stride whatever the scales' layout
-      // (in BSH a key's scales lie kv_heads apart); and the next tile's sent
-      // into L2, which the K/V line stream does not cover.
+      // An int8 cache's scales of the tile's keys, read at unit stride:
+      // in place where they lie so (BNSD), else gathered into the (otherwise
+      // unused) K buffer once per tile (in BSH a key's scales lie kv_heads
+      // apart); and the next tile's sent into L2, which the K/V line stream
+      // does not cover.
       [[maybe_unused]] KeyScales kscale, vscale;
+      [[maybe_unused]] bool tile_i8 = false, pv_i8 = false;
       if constexpr (kKeyScales) {
         const std::int64_t kss = job.kv_scale_strides[0][2], vss = job.kv_scale_strides[1][2];
         const float* ks = scales.k + row * kss;
         const float* vs = scales.v + row * vss;
-        for (int c = 0; c < cols; ++c) {
-          w.kbuf[c] = ks[c * kss];
-          w.kbuf[tkv + c] = vs[c * vss];
+        if (kss == 1 && vss == 1) {
+          kscale = {ks, 1};
+          vscale = {vs, 1};
+        } else {
+          for (int c = 0; c < cols; ++c) {
+            w.kbuf[c] = ks[c * kss];
+            w.kbuf[tkv + c] = vs[c * vss];
+          }
+          kscale = {w.kbuf, 1};
+          vscale = {w.kbuf + tkv, 1};
         }
-        kscale = {w.kbuf, 1};
-        vscale = {w.kbuf + tkv, 1};
+#if defined(FA_HAVE_ROW_I8)
+        tile_i8 = pv_i8 = i8 && all_finite(kscale.p, cols) && all_finite(vscale.p, cols);
+#endif
         if (j0 + tkv < kv_end) {
           const std::int64_t next_row = kv_row(job, b, j0 + tkv);
           const int next_cols = static_cast<int>(kv_end - j0 - tkv < tkv ? kv_end - j0 - tkv : tkv);
@@ -536,6 +787,15 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
       }
       // Q·Kᵀ: the K/V head's rows against the tile's keys.
       for_row_blocks(head_rows, [&]<int NR>(int r0) {
+#if defined(FA_HAVE_ROW_I8)
+        if constexpr (kI8Types) {
+          if (tile_i8) {
+            row_scores_i8<NR>(q16 + (first + r0) * Dp, Dp, D, kin, job.k_strides[2], cols, s + r0 * lds, lds, next,
+                              per_block);
+            return;
+          }
+        }
+#endif
 #if defined(FA_HAVE_ROW_DOT)
         if constexpr (kDotTypes) {
           if (dot) {
@@ -561,6 +821,13 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
         const std::int64_t i = query_of(rr), head = head_of(rr);
         float* srow = s + r * lds;
         const float scale = score_scale(job, head) / kUnit;
+#if defined(FA_HAVE_ROW_I8)
+        if (tile_i8) {  // the integer scores' units: Q's scale and each key's K scale
+          const float qk = scale * q_scale[rr];
+          const float* ks = kscale.p;
+          for (int c = 0; c < cols; ++c) srow[c] *= qk * ks[c];
+        } else
+#endif
         for (int c = 0; c < cols; ++c) srow[c] *= scale;
         if (has_score_modifiers(job)) modify_scores(job, head, i, 1, j0, cols, srow, 1, 0);
         if (job.window.active) mask_window(job, i, j0, cols, srow, 1);
@@ -591,11 +858,26 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
 #if defined(FA_HAVE_ROW_DOT)
         if (dot) probabilities_to_bf16(srow, cols, pb + r * ldp);
 #endif
+#if defined(FA_HAVE_ROW_I8)
+        if (tile_i8) {
+          p_scale[r] = probabilities_to_i16(srow, vscale.p, cols, i16_probability_top(cols), p16 + r * ldp);
+          pv_i8 = pv_i8 && !std::isnan(p_scale[r]);
+        }
+#endif
       }
       // P·V, each row's O rescaled by its alpha.
       for_row_blocks(head_rows, [&]<int NR>(int r0) {
         float* orows = o + (first + r0) * D;
         const float* alpha = w.alpha + first + r0;
+#if defined(FA_HAVE_ROW_I8)
+        if constexpr (kI8Types) {
+          if (pv_i8) {
+            row_accumulate_i8<NR>(orows, D, alpha, p_scale + r0, p16 + r0 * ldp, ldp, vin, job.v_strides[2], cols, next,
+                                  per_block);
+            return;
+          }
+        }
+#endif
 #if defined(FA_HAVE_ROW_DOT)
         if constexpr (kDotTypes) {
           if (dot) {

@@ -584,7 +584,9 @@ INSTANTIATE_TEST_SUITE_P(Fp8, NonFiniteInputs,
 // The NaN rule through a quantized cache: a NaN in K or V key 70 of K/V
 // head 0 (int8: its row's scale turns NaN; FP8: the NaN code; head_dim 96,
 // K's NaN in the first 64 bytes of its row, V's in the last 32, the two
-// parts of the row path's e4m3 scan on AVX-512) reaches
+// parts of the row path's e4m3 scan on AVX-512), or in query 0 of head 0
+// (which the int8 row path's integer products cannot carry: its item takes
+// the fp32 products, the other heads packed with it still right), reaches
 // exactly the output elements the reference on the dequantized cache says,
 // on the row path (decoding, where e4m3 tiles holding the NaN code are
 // widened exactly) and on the tile loops; every other element matches.
@@ -595,13 +597,17 @@ TEST_P(QuantizedCacheNan, ReachesWhatTheReferenceSays) {
   SKIP_UNLESS_AVAILABLE(isa);
   if (kFa1) GTEST_SKIP() << "FA1 has no quantized cache";
   const std::int64_t Sq = seq_q, Skv = kNanSeqKv, H = kNanHeads, Hkv = kNanKvHeads, D = 96;
-  const std::int64_t nan_dim = tensor == 'K' ? 5 : 70;
+  const std::int64_t nan_dim = tensor == 'V' ? 70 : 5;
   fa::AttentionParams p = nan_case_params(Sq);
   p.head_dim = D;
   p.tile_q = p.tile_kv = 32;
   p.isa = isa;
   std::vector<float> q = normal(Sq * H * D, 31, 1), k = normal(Skv * Hkv * D, 32, 1), v = normal(Skv * Hkv * D, 33, 1);
-  (tensor == 'K' ? k : v)[(70 * Hkv + 0) * D + nan_dim] = std::numeric_limits<float>::quiet_NaN();
+  if (tensor == 'Q') {
+    q[nan_dim] = std::numeric_limits<float>::quiet_NaN();  // query 0, head 0
+  } else {
+    (tensor == 'K' ? k : v)[(70 * Hkv + 0) * D + nan_dim] = std::numeric_limits<float>::quiet_NaN();
+  }
   fa::cli::HostBuffer qb(q.size() * 2), ob(q.size() * 2);
   for (std::size_t i = 0; i < q.size(); ++i) fa::detail::store_from_f32(qb.data(), DType::kBF16, i, q[i]);
   fa::AttentionTensors t;
@@ -640,7 +646,7 @@ TEST_P(QuantizedCacheNan, ReachesWhatTheReferenceSays) {
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, QuantizedCacheNan,
                          ::testing::Combine(kPaths, ::testing::Values(DType::kI8, DType::kFP8E4M3, DType::kFP8E5M2),
-                                            ::testing::Values('K', 'V'), ::testing::Values(1, 64)),
+                                            ::testing::Values('Q', 'K', 'V'), ::testing::Values(1, 64)),
                          [](const auto& info) {
                            return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
                                   std::string(fa::dtype_name(std::get<1>(info.param))) + "_" + std::get<2>(info.param) +
@@ -987,6 +993,79 @@ TEST_P(EdgeCases, ShortQueriesAtWholeVectorsOfPairs) {
     EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(dtype())) << fa::cli::describe(c);
     EXPECT_LE(r.lse_max_error, fa::cli::lse_bound(dtype())) << fa::cli::describe(c);
     EXPECT_LE(r.max_abs_error, 2.0 * r.yardstick_max_abs) << fa::cli::describe(c);
+  }
+}
+
+// An int8 cache read with 16-bit Q on the row path, whose products are in
+// integers on AVX-512 (Q and P as int16, VPDPWSSD): head_dims that are a
+// whole number of 32-dim steps and ones whose last step is masked, odd key
+// counts, GQA groups packed, paged caches, splits; then the largest sums a
+// tile's int32 lanes take (512 keys of one probability against V rows at
+// the int8 extreme, alternating in sign by dim), which must not wrap.
+TEST_P(EdgeCases, Int8CacheOnTheRowPath) {
+  if (kFa1) GTEST_SKIP() << "FA1 has no quantized cache";
+  if (dtype() == DType::kF32) GTEST_SKIP() << "a quantized cache is read with fp16 or bf16 Q";
+  struct Shape {
+    int seq_q, heads, kv_heads, head_dim, seq_kv, splits, block;
+    Layout layout;
+  };
+  for (const Shape& s : {Shape{1, 8, 8, 8, 77, 1, 0, Layout::kBNSD}, Shape{1, 32, 8, 40, 333, 3, 0, Layout::kBSH},
+                         Shape{2, 8, 4, 80, 129, 2, 32, Layout::kBSH}, Shape{4, 4, 1, 96, 301, 1, 0, Layout::kBSND},
+                         Shape{1, 16, 4, 136, 200, 1, 16, Layout::kBNSD}, Shape{3, 6, 2, 256, 95, 2, 0, Layout::kBSH}}) {
+    CaseSpec c;
+    c.dtype = dtype();
+    c.kv_dtype = DType::kI8;
+    c.seed = 900 + s.head_dim;
+    c.layout = s.layout;
+    c.mask = s.seq_q > 1 ? MaskMode::kCausal : MaskMode::kNone;
+    c.with_sinks = s.head_dim == 80;
+    c.paged_block_size = s.block;
+    fa::AttentionParams& p = c.params;
+    p.batch = 2;
+    p.seq_q = s.seq_q;
+    p.seq_kv = s.seq_kv;
+    p.num_heads = s.heads;
+    p.num_kv_heads = s.kv_heads;
+    p.head_dim = s.head_dim;
+    p.num_splits = s.splits;
+    if (s.block) p.tile_kv = s.block;
+    p.isa = isa();
+    const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    EXPECT_EQ(r.nonfinite, 0) << fa::cli::describe(c);
+    EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(dtype())) << fa::cli::describe(c);
+    EXPECT_LE(r.lse_max_error, fa::cli::lse_bound(dtype())) << fa::cli::describe(c);
+  }
+  // K of zeros (every score 0: one probability for all keys) and V of +-3
+  // by dim: int8 codes of +-127 with a scale of 3/127, so O is +-3 exactly
+  // after tiles of 512 keys whose P·V lanes sum 512 x 32767 x 127.
+  const std::int64_t H = 2, Skv = 1024, D = 64;
+  fa::AttentionParams p;
+  p.seq_q = 1;
+  p.seq_kv = Skv;
+  p.num_heads = H;
+  p.num_kv_heads = 1;
+  p.head_dim = D;
+  p.tile_kv = 512;
+  p.num_splits = 1;
+  p.isa = isa();
+  std::vector<float> q = normal(H * D, 41, 1), k(Skv * D, 0.0f), v(Skv * D);
+  for (std::int64_t i = 0; i < Skv * D; ++i) v[i] = i % 2 ? 3.0f : -3.0f;
+  fa::cli::HostBuffer qb(q.size() * 2), ob(q.size() * 2);
+  for (std::size_t i = 0; i < q.size(); ++i) fa::detail::store_from_f32(qb.data(), dtype(), i, q[i]);
+  fa::AttentionTensors t;
+  t.q = fa::make_view(qb.data(), dtype(), Layout::kBSH, 1, H, 1, D);
+  t.o = fa::make_view(ob.data(), dtype(), Layout::kBSH, 1, H, 1, D);
+  fa::cli::QuantizedCache cache;
+  ASSERT_TRUE(fa::cli::quantize_cache(fa::make_view(k.data(), DType::kF32, Layout::kBSH, 1, 1, Skv, D),
+                                      fa::make_view(v.data(), DType::kF32, Layout::kBSH, 1, 1, Skv, D), Layout::kBSH,
+                                      DType::kI8, &cache)
+                  .ok());
+  cache.bind(p, t);
+  const fa::Status st = fa::cli::kForward(p, t);
+  ASSERT_TRUE(st.ok()) << st.message();
+  for (std::int64_t i = 0; i < H * D; ++i) {
+    ASSERT_EQ(fa::detail::load_as_f32(ob.data(), dtype(), i), i % 2 ? 3.0f : -3.0f) << "element " << i;
   }
 }
 
