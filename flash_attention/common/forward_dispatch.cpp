@@ -328,6 +328,7 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
   if (Status s = fa::plan(version, p, t.q.dtype, t.k.dtype, &tiles); !s.ok()) return s;
   const Plan plan = make_plan(p, tiles);
   AttentionJob job = planned_job(p, t.q.dtype, plan, tiles);
+  job.kv_dtype = t.k.dtype;  // before the scratch is sized: the row path keeps more for an int8 cache
 
   const std::size_t per_thread = table->workspace_floats(job);
   const std::size_t scratch_floats = per_thread * static_cast<std::size_t>(plan.threads);
@@ -346,7 +347,6 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
   job.v = t.v.data;
   job.o = t.o.data;
   job.o_dtype = t.o.dtype;
-  job.kv_dtype = t.k.dtype;
   for (int i = 0; i < 2; ++i) {  // an int8 cache's scales
     const TensorView& scale = i == 0 ? t.k_scale : t.v_scale;
     job.kv_scale[i] = t.k.dtype == DType::kI8 ? static_cast<const float*>(scale.data) : nullptr;

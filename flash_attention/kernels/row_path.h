@@ -603,8 +603,16 @@ inline int row_path_rows(const AttentionJob& job) {
   const int packed = job.pack_group * (job.tile_q < job.row_rows ? job.tile_q : job.row_rows);
   return packed > job.tile_q ? packed : job.tile_q;
 }
+// An int8 cache's integer products (FA_HAVE_ROW_I8) also keep, past the
+// Workspace, Q's and P's scales a row and Q's int16 rows (head_dim padded to
+// 32).
+inline std::size_t row_path_i8_floats(const AttentionJob& job) {
+  if (job.kv_dtype != DType::kI8) return 0;
+  const std::size_t rows = static_cast<std::size_t>(row_path_rows(job)), Dp = (job.head_dim + 31) / 32 * 32;
+  return pad16(rows) * 2 + pad16(rows * Dp / 2);
+}
 inline std::size_t row_path_workspace_floats(const AttentionJob& job) {
-  return Workspace::floats(row_path_rows(job), job.tile_kv, static_cast<int>(job.head_dim));
+  return Workspace::floats(row_path_rows(job), job.tile_kv, static_cast<int>(job.head_dim)) + row_path_i8_floats(job);
 }
 
 // The row path (see detail::kRowPathMaxRows): per K/V tile and query row, scores
@@ -682,22 +690,20 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
 #endif
   // An int8 cache on AVX-512: the products in integers (row_scores_i8,
   // row_accumulate_i8), but for a tile whose scales are not all finite, or
-  // a row block whose probabilities are not, which take the fp32 products
-  // (the NaN rule as the reference says).  The K buffer, free but for the
-  // tile's key scales, holds P's scales, Q's and Q's int16 rows; the V
-  // buffer P's int16 rows.  A Q row that is not finite keeps the item on
-  // the fp32 products.
+  // whose probabilities are not, which takes the fp32 products (the NaN
+  // rule as the reference says).  P's and Q's scales and Q's int16 rows lie
+  // past the Workspace (row_path_i8_floats); the V buffer, which V read in
+  // place leaves free, holds P's int16 rows.  A Q row that is not finite
+  // keeps the item on the fp32 products.
 #if defined(FA_HAVE_ROW_I8)
   constexpr bool kI8Types = kKeyScales;
   const int Dp = (D + 31) / 32 * 32;
-  float* p_scale = w.kbuf + pad16(2 * std::size_t(tkv));
-  float* q_scale = p_scale + pad16(head_rows);
-  auto* q16 = reinterpret_cast<std::int16_t*>(q_scale + pad16(total_rows));
+  const std::size_t row_floats = static_cast<std::size_t>(row_path_rows(job));
+  float* p_scale = w_tile.qt + Workspace::floats(row_path_rows(job), tkv, D);
+  float* q_scale = p_scale + pad16(row_floats);
+  auto* q16 = reinterpret_cast<std::int16_t*>(q_scale + pad16(row_floats));
   auto* p16 = reinterpret_cast<std::int16_t*>(w.vbuf);
-  const std::size_t buffer_floats = std::size_t(tkv) * D;
-  bool i8 = kI8Types && pad16(2 * std::size_t(tkv)) + pad16(head_rows) + pad16(total_rows) +
-                                std::size_t(total_rows) * Dp / 2 <= buffer_floats &&
-            std::size_t(head_rows) * ldp / 2 <= buffer_floats;
+  bool i8 = kI8Types && std::size_t(head_rows) * ldp / 2 <= std::size_t(tkv) * D;
   if (i8) {
     for (int rr = 0; rr < total_rows && i8; ++rr) {
       for (int d = 0; d < D; ++d) i8 = i8 && std::isfinite(q[rr * D + d]);
