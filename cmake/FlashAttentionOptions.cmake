@@ -3,6 +3,10 @@
 # its valid values; an option whose feature is not built yet says so.
 
 option(ENABLE_FLASH_ATTENTION "Build the FlashAttention operator" ON)
+# The other operators of the repository, each its own module (a library, a
+# benchmark and a test program).  Their programs share the attention
+# drivers' parser and reports, so they are built with ENABLE_FLASH_ATTENTION.
+option(ENABLE_LAYER_NORM "Build the LayerNorm / RMSNorm operators (layer_norm/)" ON)
 set(FLASH_ATTENTION_VERSION "2" CACHE STRING "FlashAttention version to build: 1, 2, 3 or all")
 set(FA_TILE_Q "auto" CACHE STRING "Default Q tile (rows): auto, or a power of two from 16 to 512")
 set(FA_TILE_KV "auto" CACHE STRING "Default K/V tile (rows): auto, or a power of two from 16 to 512")

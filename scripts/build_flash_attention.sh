@@ -106,10 +106,14 @@ run_logged "cmake configuration" cmake -S "$REPO" -B "$BUILD_DIR" \
   ${EXTRA[@]+"${EXTRA[@]}"}
 grep -E "FlashAttention Version|FA Tile Config|FA Target" "$LOG" | sed 's/^-- /  /' || true
 
-# Only what is installed: the libraries and the two drivers per version (the
-# CTest suite's unit tests are not part of an install).
+# Only what is installed: the libraries and the two drivers per version, and
+# the other operators' modules when enabled (the CTest suite's unit tests are
+# not part of an install).
 targets=()
 for v in $VERSIONS; do targets+=(flash_attention_fa$v fa${v}_benchmark fa${v}_test); done
+if grep -q "^ENABLE_LAYER_NORM:BOOL=ON" "$BUILD_DIR/CMakeCache.txt"; then
+  targets+=(layer_norm layer_norm_benchmark layer_norm_test)
+fi
 echo "[2/3] Building (parallel jobs: $JOBS)..."
 run_logged "the build" cmake --build "$BUILD_DIR" -j "$JOBS" --target "${targets[@]}"
 

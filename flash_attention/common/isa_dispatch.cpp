@@ -8,6 +8,7 @@
 
 #include "../kernels/kernel_table.h"
 #include "cpu_features.h"
+#include "isa_names.h"
 #include "thread_pool.h"
 
 namespace fa {
@@ -54,7 +55,7 @@ const KernelTable* kernel_table(Isa isa) {
 
 namespace {
 
-constexpr Isa kAllIsas[] = {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAmx};
+constexpr const auto& kAllIsas = detail::kAllIsaValues;
 
 bool cpu_can_run(Isa isa) {
   const detail::CpuFeatures& f = detail::cpu_features();
@@ -107,23 +108,9 @@ std::string isa_choices() {
 
 }  // namespace
 
-std::string_view isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::kGeneric: return "generic";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx512Bf16: return "avx512bf16";
-    case Isa::kAmx: return "amx";
-  }
-  return "?";
-}
+std::string_view isa_name(Isa isa) { return detail::isa_text(isa); }
 
-std::optional<Isa> parse_isa(std::string_view name) {
-  for (Isa isa : kAllIsas) {
-    if (isa_name(isa) == name) return isa;
-  }
-  return std::nullopt;
-}
+std::optional<Isa> parse_isa(std::string_view name) { return detail::parse_isa_text(name); }
 
 bool isa_available(Isa isa) { return detail::kernel_table(isa) != nullptr && cpu_can_run(isa); }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One bad-input case of a command-line tool, run as its own CTest.
 
-  bad_input_test.py BENCHMARK_BINARY CASE      (or --list fa1|fa2|fa3)
+  bad_input_test.py BENCHMARK_BINARY CASE      (or --list fa1|fa2|fa3|layer_norm)
 
 Each case must exit with status 2, print one line on stderr naming the flag
 and what was expected, print nothing that looks like a result, and leave no
@@ -174,11 +174,29 @@ VERSION_EXPECTED = {
 }
 
 
+# layer_norm_benchmark: its own flags, the same rule.
+NORM_CASES = {
+    "norm_bad_op": (lambda d: ["--op=batchnorm"], "--op=batchnorm is not valid: expected layernorm or rmsnorm"),
+    "norm_eps_zero": (lambda d: ["--eps=0"], "--eps=0 is not valid: expected a number > 0"),
+    "norm_eps_negative": (lambda d: ["--eps=-1e-5"], "--eps=-1e-5 is not valid: expected a number > 0"),
+    "norm_bad_dtype": (lambda d: ["--dtype=fp8_e4m3"], "--dtype=fp8_e4m3 is not valid: expected fp32, fp16 or bf16"),
+    "norm_hidden_zero": (lambda d: ["--hidden=0"], "--hidden: 0 is out of range (expected an integer from 1"),
+    "norm_param_dtype_mismatch": (lambda d: ["--dtype=bf16", "--param-dtype=fp16"],
+                                  "--param-dtype=fp16 is not valid: expected fp32 or --dtype's bf16"),
+    "norm_rmsnorm_no_beta": (lambda d: ["--op=rmsnorm", "--no-beta"], "--no-beta is not valid with --op=rmsnorm"),
+    "norm_unknown_flag": (lambda d: ["--tile-q=64"], "unknown flag --tile-q"),
+    "norm_bad_isa": (lambda d: ["--isa=sse9"], "--isa=sse9 is not valid"),
+}
+
+
 def version_of(binary):
-    return os.path.basename(binary).split("_")[0]
+    name = os.path.basename(binary)
+    return "layer_norm" if name.startswith("layer_norm") else name.split("_")[0]
 
 
 def cases_for(version):
+    if version == "layer_norm":
+        return NORM_CASES
     own = {"fa1": {**FA1_CASES, **FP8_REFUSED}, "fa2": FP8_REFUSED, "fa3": FA3_CASES}
     return {**CASES, **own.get(version, {})}
 
@@ -213,7 +231,7 @@ def run_case(binary, name):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--list":  # --list VERSION (fa1, fa2, fa3)
+    if len(sys.argv) == 3 and sys.argv[1] == "--list":  # --list VERSION (fa1, fa2, fa3, layer_norm)
         print(";".join(cases_for(sys.argv[2])))
         return 0
     if len(sys.argv) != 3 or sys.argv[2] not in cases_for(version_of(sys.argv[1])):

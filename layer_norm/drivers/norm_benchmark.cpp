@@ -1,0 +1,198 @@
+// layer_norm_benchmark: times LayerNorm or RMSNorm (optionally fused with
+// the residual add) on the library's threads, and reports the bandwidth
+// against a streaming copy measured in the same run; --check compares with
+// the float64 reference.  The flag style, output lines and --json follow
+// fa2_benchmark's.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "driver/cli_args.h"
+#include "driver/host_tensor.h"
+#include "driver/report.h"
+#include "norm_case.h"
+
+namespace {
+
+using fa::cli::Args;
+using fa::cli::FlagKind;
+using fa::cli::Json;
+using fa::cli::UsageError;
+
+std::vector<fa::cli::FlagSpec> flags() {
+  using K = FlagKind;
+  return {
+      {"op", K::kString, "layernorm|rmsnorm", "the operator (default layernorm)"},
+      {"rows", K::kInt, "N", "rows: tokens (default 4096)"},
+      {"hidden", K::kInt, "N", "elements a row, the normalized dimension (default 4096)"},
+      {"dtype", K::kString, "bf16|fp16|fp32", "dtype of x, the residual, the sum and y (default bf16)"},
+      {"param-dtype", K::kString, "fp32|DTYPE", "dtype of gamma and beta: fp32 or --dtype (default fp32)"},
+      {"eps", K::kFloat, "X", "added under the square root, > 0 (default 1e-5 layernorm, 1e-6 rmsnorm)"},
+      {"residual", K::kBool, "", "fused: normalize x + residual and write the sum (the pre-norm block)"},
+      {"no-gamma", K::kBool, "", "no scale"},
+      {"no-beta", K::kBool, "", "no shift (layernorm; rmsnorm has none)"},
+      {"threads", K::kInt, "N", "threads (default: all cores)"},
+      {"isa", K::kString, "generic|avx2|avx512", "kernel path (FA_ISA, else the fastest available)"},
+      {"num-runs", K::kInt, "N", "timed runs (default 20)"},
+      {"warmup-runs", K::kInt, "N", "untimed runs first (default 3)"},
+      {"seed", K::kInt, "N", "seed of the random inputs (default 1)"},
+      {"check", K::kBool, "", "compare y, mean and rstd with the float64 reference (PASS/FAIL; exit 1 on FAIL)"},
+      {"output", K::kString, "PATH", "write y as [rows, hidden] in --dtype"},
+      {"no-probe", K::kBool, "", "skip the copy-bandwidth probe"},
+      {"json", K::kBool, "", "print the results as one JSON object on the last line"},
+      {"json-file", K::kString, "PATH", "write the JSON object to PATH"},
+      {"help", K::kBool, "", "print this help"},
+  };
+}
+
+fa::DType parse_norm_dtype(const std::string& text, const char* flag) {
+  const std::optional<fa::DType> d = fa::parse_dtype(text);
+  if (!d || (*d != fa::DType::kF32 && *d != fa::DType::kF16 && *d != fa::DType::kBF16)) {
+    throw UsageError(std::string("--") + flag + "=" + text + " is not valid: expected fp32, fp16 or bf16");
+  }
+  return *d;
+}
+
+int run(int argc, char** argv) {
+  Args args("layer_norm_benchmark", flags());
+  args.parse(argc, argv);
+  if (args.flag("help")) {
+    std::cout << "LayerNorm / RMSNorm benchmark\n" << args.help_text();
+    return 0;
+  }
+  fa::cli::NormCase c;
+  const std::string op = args.str("op", "layernorm");
+  if (op == "layernorm") {
+    c.kind = fa::NormKind::kLayerNorm;
+  } else if (op == "rmsnorm") {
+    c.kind = fa::NormKind::kRmsNorm;
+  } else {
+    throw UsageError("--op=" + op + " is not valid: expected layernorm or rmsnorm");
+  }
+  c.rows = args.integer("rows", 4096, 1, std::int64_t{1} << 31);
+  c.hidden = args.integer("hidden", 4096, 1, std::int64_t{1} << 24);
+  c.dtype = parse_norm_dtype(args.str("dtype", "bf16"), "dtype");
+  c.param_dtype = parse_norm_dtype(args.str("param-dtype", "fp32"), "param-dtype");
+  if (c.param_dtype != fa::DType::kF32 && c.param_dtype != c.dtype) {
+    throw UsageError("--param-dtype=" + args.str("param-dtype") + " is not valid: expected fp32 or --dtype's " +
+                     std::string(fa::dtype_name(c.dtype)));
+  }
+  if (args.has("eps")) {
+    const double eps = args.real("eps", 0.0);
+    if (!(eps > 0.0) || eps > 1e30) throw UsageError("--eps=" + args.str("eps") + " is not valid: expected a number > 0");
+    c.eps = static_cast<float>(eps);
+  }
+  c.residual = args.flag("residual");
+  c.gamma = !args.flag("no-gamma");
+  c.beta = !args.flag("no-beta");
+  if (c.kind == fa::NormKind::kRmsNorm && args.flag("no-beta")) {
+    throw UsageError("--no-beta is not valid with --op=rmsnorm: RMSNorm has no shift");
+  }
+  c.threads = static_cast<int>(args.integer("threads", 0, 0, fa::kMaxThreads));
+  if (args.has("isa")) {
+    const std::optional<fa::Isa> isa = fa::parse_isa(args.str("isa"));
+    if (!isa) throw UsageError("--isa=" + args.str("isa") + " is not valid: expected generic, avx2, avx512, avx512bf16 or amx");
+    c.isa = isa;
+  }
+  c.seed = static_cast<std::uint64_t>(args.integer("seed", 1, 0, std::int64_t{1} << 62));
+  const int runs = static_cast<int>(args.integer("num-runs", 20, 1, 1000000));
+  const int warmup = static_cast<int>(args.integer("warmup-runs", 3, 0, 1000000));
+  const std::string output = args.str("output"), json_file = args.str("json-file");
+  if (!output.empty()) fa::cli::check_destination(output, "output");
+  if (!json_file.empty()) fa::cli::check_destination(json_file, "json-file");
+
+  const std::size_t es = fa::dtype_size(c.dtype);
+  const std::size_t bytes_x = fa::cli::checked_product({c.rows, c.hidden, static_cast<std::int64_t>(es)}, "--rows x --hidden");
+  fa::cli::check_fits_in_memory(bytes_x * (c.residual ? 4 : 2), "the inputs and outputs");
+  const fa::NormParams params = fa::cli::norm_params(c);
+  fa::Isa isa;
+  if (fa::Status s = fa::norm_isa(params, &isa); !s.ok()) throw UsageError(s.message());
+  fa::cli::NormBuffers b = fa::cli::make_norm_buffers(c);
+  if (fa::Status s = fa::validate_norm(params, b.tensors); !s.ok()) throw UsageError(s.message());
+
+  const int threads = c.threads > 0 ? c.threads : fa::default_thread_count();
+  // Bytes one call must move: x (and the residual) read, y (and the sum) written.
+  const double moved = static_cast<double>(bytes_x) * (c.residual ? 4.0 : 2.0);
+  const std::size_t probe_bytes = std::max<std::size_t>(static_cast<std::size_t>(moved), std::size_t{256} << 20);
+  const bool probe = !args.flag("no-probe");
+  const double copy_before = probe ? fa::measure_copy_bandwidth_gbps(threads, probe_bytes, 0.2) : 0.0;
+  for (int i = 0; i < warmup; ++i) {
+    if (fa::Status s = fa::norm_forward(params, b.tensors); !s.ok()) throw UsageError(s.message());
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < runs; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const fa::Status s = fa::norm_forward(params, b.tensors);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!s.ok()) throw UsageError(s.message());
+    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  const double copy_after = probe ? fa::measure_copy_bandwidth_gbps(threads, probe_bytes, 0.2) : 0.0;
+  std::sort(ms.begin(), ms.end());
+  const double median = fa::cli::median_of(ms);
+  const double gbps = moved / (median * 1e-3) / 1e9;
+  const double copy_peak = std::max(copy_before, copy_after);
+
+  const char* title = c.kind == fa::NormKind::kLayerNorm ? "LayerNorm" : "RMSNorm";
+  std::cout << title << " benchmark (layer_norm)\n";
+  std::cout << "Config: op=" << op << " rows=" << c.rows << " hidden=" << c.hidden << " dtype=" << fa::dtype_name(c.dtype)
+            << " eps=" << (c.eps ? *c.eps : (c.kind == fa::NormKind::kLayerNorm ? 1e-5f : 1e-6f))
+            << " residual=" << (c.residual ? "fused" : "no") << " gamma=" << (c.gamma ? "yes" : "no");
+  if (c.kind == fa::NormKind::kLayerNorm) std::cout << " beta=" << (c.beta ? "yes" : "no");
+  if (c.gamma || (c.beta && c.kind == fa::NormKind::kLayerNorm)) std::cout << " param_dtype=" << fa::dtype_name(c.param_dtype);
+  std::cout << "\nKernel: " << fa::isa_name(isa) << "  Threads: " << threads << "\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "Latency: %.4f ms (min %.4f, max %.4f over %d runs)\n", median, ms.front(), ms.back(), runs);
+  std::cout << line;
+  if (probe) {
+    std::snprintf(line, sizeof line,
+                  "Bandwidth: %.2f GB/s (%.1f%% of the measured %.2f GB/s; streaming copy of %.0f MiB on %d threads, "
+                  "probes before/after: %.2f/%.2f)\n",
+                  gbps, 100.0 * gbps / copy_peak, copy_peak, static_cast<double>(probe_bytes) / (1 << 20), threads,
+                  copy_before, copy_after);
+  } else {
+    std::snprintf(line, sizeof line, "Bandwidth: %.2f GB/s\n", gbps);
+  }
+  std::cout << line;
+  bool pass = true;
+  Json j;
+  j["operator"] = op;
+  j["rows"] = c.rows;
+  j["hidden"] = c.hidden;
+  j["dtype"] = std::string(fa::dtype_name(c.dtype));
+  j["residual"] = c.residual;
+  j["kernel"] = std::string(fa::isa_name(isa));
+  j["threads"] = threads;
+  j["latency_ms"] = median;
+  j["latency_min_ms"] = ms.front();
+  j["latency_max_ms"] = ms.back();
+  j["bytes_moved"] = moved;
+  j["bandwidth_gbps"] = gbps;
+  if (probe) {
+    j["copy_bandwidth_gbps"] = copy_peak;
+    j["copy_bandwidth_before_gbps"] = copy_before;
+    j["copy_bandwidth_after_gbps"] = copy_after;
+    j["bandwidth_percent"] = 100.0 * gbps / copy_peak;
+  }
+  if (args.flag("check")) {
+    const fa::cli::NormCheck r = fa::cli::check_norm(c, b);
+    pass = r.pass;
+    std::snprintf(line, sizeof line, "Check: rel_l2=%.2e (bound %.0e) max_abs=%.2e stats=%.1e nonfinite=%lld: %s\n",
+                  r.rel_l2_error, r.bound, r.max_abs_error, r.stat_error, static_cast<long long>(r.nonfinite),
+                  pass ? "PASS" : "FAIL");
+    std::cout << line;
+    j["check"] = pass ? "PASS" : "FAIL";
+    j["rel_l2_error"] = r.rel_l2_error;
+  }
+  if (!output.empty()) fa::cli::write_atomic(output, b.y.data(), bytes_x, "output");
+  fa::cli::emit_json(j, args.flag("json"), json_file);
+  return pass ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return fa::cli::run_guarded(run, argc, argv); }

@@ -1,0 +1,12 @@
+// The avx512 path of the normalization kernels (flags set per file in
+// layer_norm/CMakeLists.txt).
+#define FA_KERNEL_NS norm_avx512
+#include "kernels/vec_avx512.h"
+#include "../norm_kernels.h"
+
+namespace fa::detail {
+
+extern const NormKernelTable kNormKernels_avx512;
+const NormKernelTable kNormKernels_avx512 = {&FA_KERNEL_NS::norm_rows};
+
+}  // namespace fa::detail

@@ -1,0 +1,320 @@
+// The normalization operators' entry points: validation (one-line
+// messages, never an abort), the kernel path, the rows handed to the
+// library's thread pool, the float64 reference and the copy probe.
+#include "layer_norm/layer_norm.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "common/cpu_features.h"
+#include "common/dtype_convert.h"
+#include "common/isa_names.h"
+#include "common/thread_pool.h"
+#include "norm_job.h"
+
+namespace fa::detail {
+#if defined(LN_BUILD_AVX512)
+extern const NormKernelTable kNormKernels_avx512;
+#endif
+#if defined(LN_BUILD_AVX2)
+extern const NormKernelTable kNormKernels_avx2;
+#endif
+extern const NormKernelTable kNormKernels_generic;
+}  // namespace fa::detail
+
+namespace fa {
+namespace {
+
+const char* dtype_text(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "fp32";
+    case DType::kF16: return "fp16";
+    case DType::kBF16: return "bf16";
+    default: return "an 8-bit type";
+  }
+}
+
+// The norms run one AVX-512 kernel: the avx512bf16 and amx paths (whose
+// extras the norms do not use) run it too, where the CPU runs them.
+Isa norm_path(Isa isa) { return isa == Isa::kAvx512Bf16 || isa == Isa::kAmx ? Isa::kAvx512 : isa; }
+
+bool path_built(Isa isa) {
+  switch (norm_path(isa)) {
+    case Isa::kGeneric: return true;
+#if defined(LN_BUILD_AVX2)
+    case Isa::kAvx2: return true;
+#endif
+#if defined(LN_BUILD_AVX512)
+    case Isa::kAvx512: return true;
+#endif
+    default: return false;
+  }
+}
+
+bool cpu_runs(Isa isa) {
+  const detail::CpuFeatures& f = detail::cpu_features();
+  switch (isa) {
+    case Isa::kGeneric: return true;
+    case Isa::kAvx2: return f.has_avx2_path();
+    case Isa::kAvx512: return f.has_avx512_path();
+    case Isa::kAvx512Bf16: return f.has_avx512bf16_path();
+    case Isa::kAmx: return f.has_amx_path();
+  }
+  return false;
+}
+
+const detail::NormKernelTable* table_of(Isa isa) {
+  switch (norm_path(isa)) {
+#if defined(LN_BUILD_AVX512)
+    case Isa::kAvx512: return &detail::kNormKernels_avx512;
+#endif
+#if defined(LN_BUILD_AVX2)
+    case Isa::kAvx2: return &detail::kNormKernels_avx2;
+#endif
+    default: return &detail::kNormKernels_generic;
+  }
+}
+
+// The last-level cache's size (sysconf), 32 MiB when unknown.
+std::size_t last_level_cache_bytes() {
+  static const std::size_t bytes = [] {
+    for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+      const long v = sysconf(name);
+      if (v > 0) return static_cast<std::size_t>(v);
+    }
+    return std::size_t{32} << 20;
+  }();
+  return bytes;
+}
+
+bool is_norm_dtype(DType dtype) { return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; }
+
+float eps_of(const NormParams& p) { return p.eps ? *p.eps : p.kind == NormKind::kLayerNorm ? 1e-5f : 1e-6f; }
+
+std::string shape_text(const RowsView& v) { return "[" + std::to_string(v.rows) + ", " + std::to_string(v.hidden) + "]"; }
+
+std::int64_t stride_of(const RowsView& v) { return v.row_stride == 0 ? v.hidden : v.row_stride; }
+
+// A view the same shape as x: present, a dtype the norms take, a stride that
+// holds a row.
+Status check_rows(const char* name, const RowsView& v, const RowsView& x) {
+  if (!v.data) return Status::Invalid(std::string(name) + ": data is null");
+  if (!is_norm_dtype(v.dtype)) {
+    return Status::Invalid(std::string(name) + ": dtype must be fp32, fp16 or bf16 (got " + dtype_text(v.dtype) + ")");
+  }
+  if (v.rows != x.rows || v.hidden != x.hidden) {
+    return Status::Invalid(std::string(name) + ": shape " + shape_text(v) + " differs from x's " + shape_text(x));
+  }
+  if (v.row_stride != 0 && v.row_stride < v.hidden) {
+    return Status::Invalid(std::string(name) + ": row_stride must be 0 (packed) or >= hidden " +
+                           std::to_string(v.hidden) + " (got " + std::to_string(v.row_stride) + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status norm_isa(const NormParams& p, Isa* isa) {
+  std::optional<Isa> forced = p.isa;
+  if (!forced) {
+    if (const char* env = std::getenv("FA_ISA"); env && *env) {
+      forced = detail::parse_isa_text(env);
+      if (!forced) {
+        return Status::Invalid(std::string("FA_ISA=") + env + " is not a kernel path (expected generic, avx2, avx512, "
+                               "avx512bf16 or amx)");
+      }
+    }
+  }
+  if (forced) {
+    if (!path_built(*forced)) {
+      return Status::Unsupported(std::string("instruction set ") + detail::isa_text(*forced) + " not built into this library");
+    }
+    if (!cpu_runs(*forced)) {
+      return Status::Unsupported(std::string("instruction set ") + detail::isa_text(*forced) + " not supported by this CPU");
+    }
+    *isa = norm_path(*forced);
+    return Status::Ok();
+  }
+  for (Isa candidate : {Isa::kAvx512, Isa::kAvx2}) {
+    if (path_built(candidate) && cpu_runs(candidate)) {
+      *isa = candidate;
+      return Status::Ok();
+    }
+  }
+  *isa = Isa::kGeneric;
+  return Status::Ok();
+}
+
+Status validate_norm(const NormParams& p, const NormTensors& t) {
+  const RowsView& x = t.x;
+  if (!x.data) return Status::Invalid("x: data is null");
+  if (!is_norm_dtype(x.dtype)) return Status::Invalid(std::string("x: dtype must be fp32, fp16 or bf16 (got ") + dtype_text(x.dtype) + ")");
+  if (x.rows < 1 || x.hidden < 1) {
+    return Status::Invalid("x: rows and hidden must be >= 1 (got " + shape_text(x) + ")");
+  }
+  if (x.hidden > (std::int64_t{1} << 24)) {
+    return Status::Invalid("x: hidden must be <= 16777216 (got " + std::to_string(x.hidden) + ")");
+  }
+  if (x.row_stride != 0 && x.row_stride < x.hidden) {
+    return Status::Invalid("x: row_stride must be 0 (packed) or >= hidden " + std::to_string(x.hidden) + " (got " +
+                           std::to_string(x.row_stride) + ")");
+  }
+  if (Status s = check_rows("y", t.y, x); !s.ok()) return s;
+  const float eps = eps_of(p);
+  if (!(eps > 0.0f) || !std::isfinite(eps)) {
+    return Status::Invalid("eps must be a finite number > 0 (got " + std::to_string(eps) + ")");
+  }
+  if (p.threads < 0 || p.threads > kMaxThreads) {
+    return Status::Invalid("threads must be 0 (all cores) or a count from 1 to " + std::to_string(kMaxThreads) +
+                           " (got " + std::to_string(p.threads) + ")");
+  }
+  if (t.residual.data) {
+    if (Status s = check_rows("residual", t.residual, x); !s.ok()) return s;
+  } else if (t.sum.data) {
+    return Status::Invalid("sum: given without a residual (the sum is x + residual)");
+  }
+  if (t.sum.data) {
+    if (Status s = check_rows("sum", t.sum, x); !s.ok()) return s;
+    if (t.sum.dtype != x.dtype) {
+      return Status::Invalid(std::string("sum: dtype must be x's, ") + dtype_text(x.dtype) + " (got " + dtype_text(t.sum.dtype) + ")");
+    }
+  }
+  if ((t.gamma || t.beta) && t.param_dtype != DType::kF32 && t.param_dtype != x.dtype) {
+    return Status::Invalid(std::string("param_dtype: gamma and beta must be fp32 or x's dtype, ") + dtype_text(x.dtype) +
+                           " (got " + dtype_text(t.param_dtype) + ")");
+  }
+  if (p.kind == NormKind::kRmsNorm && t.beta) return Status::Invalid("beta: RMSNorm takes no shift (pass null)");
+  if (p.kind == NormKind::kRmsNorm && t.mean) return Status::Invalid("mean: RMSNorm has no mean output (pass null)");
+  return Status::Ok();
+}
+
+Status norm_forward(const NormParams& p, const NormTensors& t) {
+  if (Status s = validate_norm(p, t); !s.ok()) return s;
+  Isa isa;
+  if (Status s = norm_isa(p, &isa); !s.ok()) return s;
+  const std::int64_t n = t.x.hidden;
+  // gamma and beta widened once per call, so every row reads fp32.
+  std::vector<float> params(static_cast<std::size_t>((t.gamma ? n : 0) + (t.beta ? n : 0)));
+  float* gamma = t.gamma ? params.data() : nullptr;
+  float* beta = t.beta ? params.data() + (t.gamma ? n : 0) : nullptr;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (gamma) gamma[i] = detail::load_as_f32(t.gamma, t.param_dtype, i);
+    if (beta) beta[i] = detail::load_as_f32(t.beta, t.param_dtype, i);
+  }
+  detail::NormJob job;
+  job.kind = p.kind;
+  job.rows = t.x.rows;
+  job.hidden = n;
+  job.eps = eps_of(p);
+  job.x = t.x.data;
+  job.x_dtype = t.x.dtype;
+  job.x_stride = stride_of(t.x);
+  job.residual = t.residual.data;
+  job.residual_dtype = t.residual.dtype;
+  job.residual_stride = stride_of(t.residual);
+  job.sum = t.sum.data;
+  job.sum_stride = stride_of(t.sum);
+  job.y = t.y.data;
+  job.y_dtype = t.y.dtype;
+  job.y_stride = stride_of(t.y);
+  job.gamma = gamma;
+  job.beta = beta;
+  job.mean = t.mean;
+  job.rstd = t.rstd;
+  const double footprint = static_cast<double>(job.rows) * static_cast<double>(n) *
+                           static_cast<double>(detail::norm_elem_bytes(t.x.dtype) + detail::norm_elem_bytes(t.y.dtype));
+  job.stream = p.stream_output ? *p.stream_output : footprint > static_cast<double>(last_level_cache_bytes());
+
+  const int threads = p.threads > 0 ? p.threads : detail::worker_cpu_count();
+  // Items of whole rows, about 64 KiB of x each (at least one row), so the
+  // pool's counter hands out enough of them to balance.
+  const std::int64_t row_bytes = n * static_cast<std::int64_t>(detail::norm_elem_bytes(t.x.dtype));
+  const std::int64_t rows_per_item = std::max<std::int64_t>(1, (64 << 10) / std::max<std::int64_t>(row_bytes, 1));
+  const std::int64_t items = (job.rows + rows_per_item - 1) / rows_per_item;
+  const int used = static_cast<int>(std::min<std::int64_t>(threads, items));
+  std::unique_ptr<float[]> scratch(new (std::nothrow) float[static_cast<std::size_t>(used) * n]);
+  if (!scratch) return Status::OutOfMemory("norm: could not allocate " + std::to_string(used * n * 4) + " bytes of scratch");
+  const detail::NormKernelTable* table = table_of(isa);
+  detail::ThreadPool::global().parallel_for(items, used, [&](std::int64_t item, int worker) {
+    const std::int64_t r0 = item * rows_per_item, r1 = std::min(job.rows, r0 + rows_per_item);
+    table->run_rows(job, r0, r1, scratch.get() + static_cast<std::size_t>(worker) * n);
+  });
+  return Status::Ok();
+}
+
+Status norm_reference(const NormParams& p, const NormTensors& t, double* y, double* mean, double* rstd) {
+  RowsView out = t.y;
+  if (!out.data) {  // the reference writes doubles, so y need not be given
+    out = t.x;
+  }
+  NormTensors checked = t;
+  checked.y = out;
+  if (Status s = validate_norm(p, checked); !s.ok()) return s;
+  const std::int64_t rows = t.x.rows, n = t.x.hidden;
+  const double eps = eps_of(p);
+  std::vector<double> h(static_cast<std::size_t>(n));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      float v = detail::load_as_f32(t.x.data, t.x.dtype, r * stride_of(t.x) + i);
+      if (t.residual.data) {
+        // The sum as the operator stores it: fp32, rounded to x's dtype.
+        v += detail::load_as_f32(t.residual.data, t.residual.dtype, r * stride_of(t.residual) + i);
+        if (t.x.dtype == DType::kF16) v = detail::f16_to_f32(detail::f32_to_f16(v));
+        if (t.x.dtype == DType::kBF16) v = detail::bf16_to_f32(detail::f32_to_bf16(v));
+      }
+      h[static_cast<std::size_t>(i)] = v;
+    }
+    double mu = 0.0, var = 0.0;
+    if (p.kind == NormKind::kLayerNorm) {
+      for (double v : h) mu += v;
+      mu /= static_cast<double>(n);
+    }
+    for (double v : h) var += (v - mu) * (v - mu);
+    var /= static_cast<double>(n);
+    const double rs = 1.0 / std::sqrt(var + eps);
+    if (mean) mean[r] = mu;
+    if (rstd) rstd[r] = rs;
+    if (!y) continue;
+    for (std::int64_t i = 0; i < n; ++i) {
+      double v = (h[static_cast<std::size_t>(i)] - mu) * rs;
+      if (t.gamma) v *= detail::load_as_f32(t.gamma, t.param_dtype, i);
+      if (t.beta && p.kind == NormKind::kLayerNorm) v += detail::load_as_f32(t.beta, t.param_dtype, i);
+      y[r * n + i] = v;
+    }
+  }
+  return Status::Ok();
+}
+
+double measure_copy_bandwidth_gbps(int threads, std::size_t bytes, double seconds) {
+  const int used = threads > 0 ? threads : detail::worker_cpu_count();
+  const std::size_t half = std::max<std::size_t>(bytes / 2 / 64 * 64, 64 * std::size_t(used));
+  std::unique_ptr<char[]> src(new (std::nothrow) char[half]), dst(new (std::nothrow) char[half]);
+  if (!src || !dst) return 0.0;
+  std::memset(src.get(), 1, half);
+  std::memset(dst.get(), 0, half);
+  const std::size_t chunk = (half / static_cast<std::size_t>(used)) / 64 * 64;
+  double best = 0.0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (int rep = 0; rep < 3 || std::chrono::steady_clock::now() < deadline; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    detail::ThreadPool::global().parallel_for(used, used, [&](std::int64_t item, int) {
+      const std::size_t begin = static_cast<std::size_t>(item) * chunk;
+      const std::size_t len = item == used - 1 ? half - begin : chunk;
+      std::memcpy(dst.get() + begin, src.get() + begin, len);
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) best = std::max(best, 2.0 * static_cast<double>(half) / s / 1e9);
+    if (rep > 100) break;
+  }
+  return best;
+}
+
+}  // namespace fa

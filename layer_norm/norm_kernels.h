@@ -1,0 +1,246 @@
+// The normalization kernels, written once over the attention kernels'
+// vector policy (flash_attention/kernels/vec_*.h, `Vec`) and compiled per
+// path by kernels/norm_<path>.cpp inside its own FA_KERNEL_NS.  A row is
+// widened to fp32 into the thread's scratch (with the residual added and
+// rounded to x's dtype first), its statistics taken over the scratch in
+// two passes (the mean, then the squared deviations from it: never E[x^2]
+// - E[x]^2), normalized in place and stored in y's dtype.  The row stays in
+// L1 or L2 between the passes, so memory sees one read of x (and the
+// residual) and one write of y (and the sum).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "common/dtype_convert.h"
+#include "norm_job.h"
+
+namespace fa::FA_KERNEL_NS {
+
+// One vector of x's or y's dtype at p (element i), as fp32 and back:
+// F16C and integer rounding on the AVX paths (the same bits as
+// dtype_convert.h's scalar conversions: nearest even, NaN kept quiet),
+// scalar conversions on the generic path.
+inline typename Vec::T load_vec(const void* p, DType dtype, std::int64_t i) {
+#if defined(FA_HAVE_SIMD_CONVERT)
+  if (dtype == DType::kF16) return Vec::load_f16(static_cast<const std::uint16_t*>(p) + i);
+  if (dtype == DType::kBF16) return Vec::load_bf16(static_cast<const std::uint16_t*>(p) + i);
+  return Vec::load(static_cast<const float*>(p) + i);
+#else
+  alignas(64) float tmp[Vec::W];
+  for (int k = 0; k < Vec::W; ++k) tmp[k] = detail::load_as_f32(p, dtype, i + k);
+  return Vec::load(tmp);
+#endif
+}
+
+#if defined(__AVX512F__)
+inline __m256i f32x16_to_bf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
+}
+#elif defined(__AVX2__)
+inline __m128i f32x8_to_bf16(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  // NaN: |u| > 0x7f800000 as signed ints (both sides non-negative).
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+  const __m256i bits = _mm256_blendv_epi8(rounded, quiet, nan);
+  const __m256i packed = _mm256_packus_epi32(bits, bits);  // within lanes: 0-3 4-7 of each half
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+}
+#endif
+
+// Stores one vector at element i of y's dtype; `stream` writes around the
+// caches (non-temporal, whole 64-byte lines only: the caller aligns).
+inline void store_vec(void* p, DType dtype, std::int64_t i, typename Vec::T v, bool stream) {
+#if defined(__AVX512F__)
+  if (dtype == DType::kF32) {
+    float* out = static_cast<float*>(p) + i;
+    if (stream) _mm512_stream_ps(out, v); else _mm512_storeu_ps(out, v);
+    return;
+  }
+  const __m256i h = dtype == DType::kF16 ? _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) : f32x16_to_bf16(v);
+  auto* out = reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(p) + i);
+  if (stream) _mm256_stream_si256(out, h); else _mm256_storeu_si256(out, h);
+#elif defined(__AVX2__)
+  if (dtype == DType::kF32) {
+    float* out = static_cast<float*>(p) + i;
+    if (stream) _mm256_stream_ps(out, v); else _mm256_storeu_ps(out, v);
+    return;
+  }
+  const __m128i h = dtype == DType::kF16 ? _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) : f32x8_to_bf16(v);
+  auto* out = reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(p) + i);
+  if (stream) _mm_stream_si128(out, h); else _mm_storeu_si128(out, h);
+#else
+  (void)stream;
+  alignas(64) float tmp[Vec::W];
+  Vec::store(tmp, v);
+  for (int k = 0; k < Vec::W; ++k) detail::store_from_f32(p, dtype, i + k, tmp[k]);
+#endif
+}
+
+// Sums over the row of d = row[i] - shift and of d^2 (kSquares) or of
+// row[i] alone, four vector accumulators a sum, then the tail: the same
+// order for every row.
+struct RowSums {
+  float d = 0, d2 = 0;
+};
+template <bool kSquares>
+inline RowSums row_sums(const float* row, std::int64_t n, float shift) {
+  constexpr int W = Vec::W;
+  const typename Vec::T s = Vec::set1(shift);
+  typename Vec::T acc[4] = {Vec::zero(), Vec::zero(), Vec::zero(), Vec::zero()};
+  typename Vec::T sq[4] = {Vec::zero(), Vec::zero(), Vec::zero(), Vec::zero()};
+  std::int64_t i = 0;
+  for (; i + 4 * W <= n; i += 4 * W) {
+    for (int k = 0; k < 4; ++k) {
+      const typename Vec::T v = Vec::sub(Vec::load(row + i + k * W), s);
+      acc[k] = Vec::add(acc[k], v);
+      if constexpr (kSquares) sq[k] = Vec::fmadd(v, v, sq[k]);
+    }
+  }
+  for (; i + W <= n; i += W) {
+    const typename Vec::T v = Vec::sub(Vec::load(row + i), s);
+    acc[0] = Vec::add(acc[0], v);
+    if constexpr (kSquares) sq[0] = Vec::fmadd(v, v, sq[0]);
+  }
+  RowSums out;
+  out.d = Vec::reduce_add(Vec::add(Vec::add(acc[0], acc[1]), Vec::add(acc[2], acc[3])));
+  if constexpr (kSquares) out.d2 = Vec::reduce_add(Vec::add(Vec::add(sq[0], sq[1]), Vec::add(sq[2], sq[3])));
+  for (; i < n; ++i) {
+    const float v = row[i] - shift;
+    out.d += v;
+    if constexpr (kSquares) out.d2 += v * v;
+  }
+  return out;
+}
+
+// The value a vector takes stored in `dtype` and read back.
+inline typename Vec::T round_vec(typename Vec::T v, DType dtype) {
+  if (dtype == DType::kF32) return v;
+  alignas(64) std::uint16_t tmp[Vec::W];
+  store_vec(tmp, dtype, 0, v, false);
+  return load_vec(tmp, dtype, 0);
+}
+
+// Pass A: the row (x, plus the residual rounded to x's dtype, that sum
+// stored when asked) widened into `row`, with the sum of its elements
+// (kSquares: of their squares, RMSNorm's only statistic).
+template <bool kSquares>
+inline float widen_and_sum(const detail::NormJob& job, std::int64_t r, float* row) {
+  constexpr int W = Vec::W;
+  const std::int64_t n = job.hidden, nv = n / W * W;
+  const std::size_t xs = detail::norm_elem_bytes(job.x_dtype);
+  const void* x = static_cast<const char*>(job.x) + r * job.x_stride * xs;
+  const void* res = job.residual ? static_cast<const char*>(job.residual) +
+                                       r * job.residual_stride * detail::norm_elem_bytes(job.residual_dtype)
+                                 : nullptr;
+  void* sum = job.sum ? static_cast<char*>(job.sum) + r * job.sum_stride * xs : nullptr;
+  // The next row's x (and residual) lines, one per step of this row's first
+  // pass: the row's other passes run from L1, and without them the stream
+  // from memory would wait there (LayerNorm bf16 read at half RMSNorm's rate).
+  const std::int64_t x_row_bytes = job.x_stride * static_cast<std::int64_t>(xs);
+  const std::int64_t res_row_bytes = res ? job.residual_stride * static_cast<std::int64_t>(detail::norm_elem_bytes(job.residual_dtype)) : 0;
+  const bool prefetch_next = r + 1 < job.rows;
+  auto element = [&](std::int64_t i) {
+    if (prefetch_next && (i * static_cast<std::int64_t>(xs)) % 64 < static_cast<std::int64_t>(W * xs)) {
+      __builtin_prefetch(static_cast<const char*>(x) + x_row_bytes + i * static_cast<std::int64_t>(xs), 0, 3);
+      if (res) __builtin_prefetch(static_cast<const char*>(res) + res_row_bytes + i * static_cast<std::int64_t>(xs), 0, 3);
+    }
+    typename Vec::T v = load_vec(x, job.x_dtype, i);
+    if (res) {
+      v = round_vec(Vec::add(v, load_vec(res, job.residual_dtype, i)), job.x_dtype);
+      if (sum) store_vec(sum, job.x_dtype, i, v, false);
+    }
+    Vec::store(row + i, v);
+    return v;
+  };
+  // Two accumulators in registers (independent chains), the same order for
+  // every row.
+  typename Vec::T acc0 = Vec::zero(), acc1 = Vec::zero();
+  std::int64_t i = 0;
+  for (; i + 2 * W <= nv; i += 2 * W) {
+    const typename Vec::T v0 = element(i), v1 = element(i + W);
+    acc0 = kSquares ? Vec::fmadd(v0, v0, acc0) : Vec::add(acc0, v0);
+    acc1 = kSquares ? Vec::fmadd(v1, v1, acc1) : Vec::add(acc1, v1);
+  }
+  if (i < nv) {
+    const typename Vec::T v0 = element(i);
+    acc0 = kSquares ? Vec::fmadd(v0, v0, acc0) : Vec::add(acc0, v0);
+  }
+  float total = Vec::reduce_add(Vec::add(acc0, acc1));
+  for (std::int64_t i = nv; i < n; ++i) {
+    float v = detail::load_as_f32(x, job.x_dtype, i);
+    if (res) {
+      v += detail::load_as_f32(res, job.residual_dtype, i);
+      if (job.x_dtype == DType::kF16) v = detail::f16_to_f32(detail::f32_to_f16(v));
+      if (job.x_dtype == DType::kBF16) v = detail::bf16_to_f32(detail::f32_to_bf16(v));
+      if (sum) detail::store_from_f32(sum, job.x_dtype, i, v);
+    }
+    row[i] = v;
+    total += kSquares ? v * v : v;
+  }
+  return total;
+}
+
+// The last pass: y = ((row - shift) - correction) * rstd * gamma + beta,
+// stored in y's dtype (gamma, beta may be null); the mean in two parts, so
+// a row whose mean is large against its spread keeps the deviations exact
+// (one fp32 mean would be off by up to half its ulp: 5e-4 at 1e4).
+inline void normalize_store(const detail::NormJob& job, std::int64_t r, const float* row, float shift, float correction,
+                            float rstd, const float* beta) {
+  constexpr int W = Vec::W;
+  const std::int64_t n = job.hidden, nv = n / W * W;
+  void* y = static_cast<char*>(job.y) + r * job.y_stride * detail::norm_elem_bytes(job.y_dtype);
+  const bool stream = job.stream && reinterpret_cast<std::uintptr_t>(y) % 64 == 0;
+  const float* gamma = job.gamma;
+  const typename Vec::T s = Vec::set1(shift), cr = Vec::set1(correction), rs = Vec::set1(rstd);
+  for (std::int64_t i = 0; i < nv; i += W) {
+    typename Vec::T v = Vec::mul(Vec::sub(Vec::sub(Vec::load(row + i), s), cr), rs);
+    if (gamma) v = Vec::mul(v, Vec::load(gamma + i));
+    if (beta) v = Vec::add(v, Vec::load(beta + i));
+    store_vec(y, job.y_dtype, i, v, stream);
+  }
+  for (std::int64_t i = nv; i < n; ++i) {
+    float v = ((row[i] - shift) - correction) * rstd;
+    if (gamma) v *= gamma[i];
+    if (beta) v += beta[i];
+    detail::store_from_f32(y, job.y_dtype, i, v);
+  }
+}
+
+inline void norm_rows(const detail::NormJob& job, std::int64_t r0, std::int64_t r1, float* row) {
+  const std::int64_t n = job.hidden;
+  const float inv_n = 1.0f / static_cast<float>(n);
+  for (std::int64_t r = r0; r < r1; ++r) {
+    // LayerNorm: the mean, then the deviations from it with their own sum
+    // as a correction (the corrected two-pass algorithm: a row whose mean
+    // is large against its spread loses nothing to cancellation, and the
+    // rounding of the first sum is taken back).  RMSNorm: the mean square.
+    float shift = 0.0f, correction = 0.0f, var;
+    if (job.kind == NormKind::kLayerNorm) {
+      shift = widen_and_sum<false>(job, r, row) * inv_n;
+      const RowSums dev = row_sums<true>(row, n, shift);
+      correction = dev.d * inv_n;
+      var = dev.d2 * inv_n - correction * correction;
+      var = var < 0.0f ? 0.0f : var;  // rounding can leave it just below 0; NaN stays NaN
+    } else {
+      var = widen_and_sum<true>(job, r, row) * inv_n;
+    }
+    const float rstd = 1.0f / std::sqrt(var + job.eps);
+    if (job.mean) job.mean[r] = shift + correction;
+    if (job.rstd) job.rstd[r] = rstd;
+    normalize_store(job, r, row, shift, correction, rstd, job.kind == NormKind::kLayerNorm ? job.beta : nullptr);
+  }
+#if defined(__AVX2__) || defined(__AVX512F__)
+  if (job.stream) _mm_sfence();  // the streamed lines reach memory before the pool reports the item done
+#endif
+}
+
+}  // namespace fa::FA_KERNEL_NS
