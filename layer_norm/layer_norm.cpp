@@ -8,11 +8,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include <unistd.h>
 
 #include "common/cpu_features.h"
 #include "common/dtype_convert.h"
@@ -21,6 +21,9 @@
 #include "norm_job.h"
 
 namespace fa::detail {
+#if defined(LN_BUILD_AVX512BF16)
+extern const NormKernelTable kNormKernels_avx512bf16;
+#endif
 #if defined(LN_BUILD_AVX512)
 extern const NormKernelTable kNormKernels_avx512;
 #endif
@@ -42,9 +45,10 @@ const char* dtype_text(DType dtype) {
   }
 }
 
-// The norms run one AVX-512 kernel: the avx512bf16 and amx paths (whose
-// extras the norms do not use) run it too, where the CPU runs them.
-Isa norm_path(Isa isa) { return isa == Isa::kAvx512Bf16 || isa == Isa::kAmx ? Isa::kAvx512 : isa; }
+// The norms' kernels: generic, avx2, avx512, and avx512bf16 (whose bf16
+// stores are VCVTNEPS2BF16), which the amx path runs too (the tile unit
+// has nothing to do here).
+Isa norm_path(Isa isa) { return isa == Isa::kAmx ? Isa::kAvx512Bf16 : isa; }
 
 bool path_built(Isa isa) {
   switch (norm_path(isa)) {
@@ -54,6 +58,9 @@ bool path_built(Isa isa) {
 #endif
 #if defined(LN_BUILD_AVX512)
     case Isa::kAvx512: return true;
+#endif
+#if defined(LN_BUILD_AVX512BF16)
+    case Isa::kAvx512Bf16: return true;
 #endif
     default: return false;
   }
@@ -73,6 +80,9 @@ bool cpu_runs(Isa isa) {
 
 const detail::NormKernelTable* table_of(Isa isa) {
   switch (norm_path(isa)) {
+#if defined(LN_BUILD_AVX512BF16)
+    case Isa::kAvx512Bf16: return &detail::kNormKernels_avx512bf16;
+#endif
 #if defined(LN_BUILD_AVX512)
     case Isa::kAvx512: return &detail::kNormKernels_avx512;
 #endif
@@ -83,14 +93,29 @@ const detail::NormKernelTable* table_of(Isa isa) {
   }
 }
 
-// The last-level cache's size (sysconf), 32 MiB when unknown.
+// The last-level cache this CPU shares (sysfs: the largest level of cpu0's
+// caches, "32768K"), else 32 MiB.  Not sysconf's: in a virtual machine it
+// can report the whole host's L3 (320 MiB on a 2-vCPU guest whose cores
+// share 32 MiB), and y would never stream.
 std::size_t last_level_cache_bytes() {
   static const std::size_t bytes = [] {
-    for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
-      const long v = sysconf(name);
-      if (v > 0) return static_cast<std::size_t>(v);
+    std::size_t best = 0;
+    int best_level = 0;
+    for (int index = 0; index < 8; ++index) {
+      const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+      std::ifstream level_file(dir + "level"), size_file(dir + "size");
+      int level = 0;
+      std::string size;
+      if (!(level_file >> level) || !(size_file >> size) || size.empty()) continue;
+      std::size_t value = std::strtoull(size.c_str(), nullptr, 10);
+      if (size.back() == 'K') value <<= 10;
+      if (size.back() == 'M') value <<= 20;
+      if (level > best_level && value > 0) {
+        best_level = level;
+        best = value;
+      }
     }
-    return std::size_t{32} << 20;
+    return best > 0 ? best : std::size_t{32} << 20;
   }();
   return bytes;
 }
@@ -143,7 +168,7 @@ Status norm_isa(const NormParams& p, Isa* isa) {
     *isa = norm_path(*forced);
     return Status::Ok();
   }
-  for (Isa candidate : {Isa::kAvx512, Isa::kAvx2}) {
+  for (Isa candidate : {Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2}) {
     if (path_built(candidate) && cpu_runs(candidate)) {
       *isa = candidate;
       return Status::Ok();

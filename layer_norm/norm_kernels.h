@@ -21,16 +21,20 @@ namespace fa::FA_KERNEL_NS {
 // F16C and integer rounding on the AVX paths (the same bits as
 // dtype_convert.h's scalar conversions: nearest even, NaN kept quiet),
 // scalar conversions on the generic path.
-inline typename Vec::T load_vec(const void* p, DType dtype, std::int64_t i) {
+template <DType DT>
+inline typename Vec::T load_vec(const void* p, std::int64_t i) {
 #if defined(FA_HAVE_SIMD_CONVERT)
-  if (dtype == DType::kF16) return Vec::load_f16(static_cast<const std::uint16_t*>(p) + i);
-  if (dtype == DType::kBF16) return Vec::load_bf16(static_cast<const std::uint16_t*>(p) + i);
-  return Vec::load(static_cast<const float*>(p) + i);
+  if constexpr (DT == DType::kF16) return Vec::load_f16(static_cast<const std::uint16_t*>(p) + i);
+  if constexpr (DT == DType::kBF16) return Vec::load_bf16(static_cast<const std::uint16_t*>(p) + i);
+  if constexpr (DT == DType::kF32) return Vec::load(static_cast<const float*>(p) + i);
 #else
   alignas(64) float tmp[Vec::W];
-  for (int k = 0; k < Vec::W; ++k) tmp[k] = detail::load_as_f32(p, dtype, i + k);
+  for (int k = 0; k < Vec::W; ++k) tmp[k] = detail::load_as_f32(p, DT, i + k);
   return Vec::load(tmp);
 #endif
+}
+inline typename Vec::T load_vec(const void* p, DType dtype, std::int64_t i) {
+  return dtype == DType::kF16 ? load_vec<DType::kF16>(p, i) : dtype == DType::kBF16 ? load_vec<DType::kBF16>(p, i) : load_vec<DType::kF32>(p, i);
 }
 
 #if defined(__AVX512F__)
@@ -58,25 +62,39 @@ inline __m128i f32x8_to_bf16(__m256 v) {
 
 // Stores one vector at element i of y's dtype; `stream` writes around the
 // caches (non-temporal, whole 64-byte lines only: the caller aligns).
-inline void store_vec(void* p, DType dtype, std::int64_t i, typename Vec::T v, bool stream) {
+template <DType dtype>
+inline void store_vec(void* p, std::int64_t i, typename Vec::T v, bool stream) {
 #if defined(__AVX512F__)
-  if (dtype == DType::kF32) {
+  if constexpr (dtype == DType::kF32) {
     float* out = static_cast<float*>(p) + i;
     if (stream) _mm512_stream_ps(out, v); else _mm512_storeu_ps(out, v);
-    return;
+  } else {
+    __m256i h;
+    if constexpr (dtype == DType::kF16) {
+      h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    } else {
+#if defined(__AVX512BF16__)
+      // One VCVTNEPS2BF16 (nearest even; NaN quiet; results below 2^-126
+      // flush to zero, the instruction's rule) where the integer rounding
+      // above takes eight instructions and VPMOVDW, which bound the pass.
+      h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+#else
+      h = f32x16_to_bf16(v);
+#endif
+    }
+    auto* out = reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(p) + i);
+    if (stream) _mm256_stream_si256(out, h); else _mm256_storeu_si256(out, h);
   }
-  const __m256i h = dtype == DType::kF16 ? _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) : f32x16_to_bf16(v);
-  auto* out = reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(p) + i);
-  if (stream) _mm256_stream_si256(out, h); else _mm256_storeu_si256(out, h);
 #elif defined(__AVX2__)
-  if (dtype == DType::kF32) {
+  if constexpr (dtype == DType::kF32) {
     float* out = static_cast<float*>(p) + i;
     if (stream) _mm256_stream_ps(out, v); else _mm256_storeu_ps(out, v);
-    return;
+  } else {
+    __m128i h;
+    if constexpr (dtype == DType::kF16) h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); else h = f32x8_to_bf16(v);
+    auto* out = reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(p) + i);
+    if (stream) _mm_stream_si128(out, h); else _mm_storeu_si128(out, h);
   }
-  const __m128i h = dtype == DType::kF16 ? _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC) : f32x8_to_bf16(v);
-  auto* out = reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(p) + i);
-  if (stream) _mm_stream_si128(out, h); else _mm_storeu_si128(out, h);
 #else
   (void)stream;
   alignas(64) float tmp[Vec::W];
@@ -122,18 +140,23 @@ inline RowSums row_sums(const float* row, std::int64_t n, float shift) {
 }
 
 // The value a vector takes stored in `dtype` and read back.
-inline typename Vec::T round_vec(typename Vec::T v, DType dtype) {
-  if (dtype == DType::kF32) return v;
-  alignas(64) std::uint16_t tmp[Vec::W];
-  store_vec(tmp, dtype, 0, v, false);
-  return load_vec(tmp, dtype, 0);
+template <DType DT>
+inline typename Vec::T round_vec(typename Vec::T v) {
+  if constexpr (DT == DType::kF32) {
+    return v;
+  } else {
+    alignas(64) std::uint16_t tmp[Vec::W];
+    store_vec<DT>(tmp, 0, v, false);
+    return load_vec<DT>(tmp, 0);
+  }
 }
 
 // Pass A: the row (x, plus the residual rounded to x's dtype, that sum
-// stored when asked) widened into `row`, with the sum of its elements
-// (kSquares: of their squares, RMSNorm's only statistic).
-template <bool kSquares>
-inline float widen_and_sum(const detail::NormJob& job, std::int64_t r, float* row) {
+// stored when asked) widened into `row`, with the sums of d = element -
+// shift and of d^2 (kLayerNorm), or of the squares alone (RMSNorm's only
+// statistic).
+template <bool kLayerNorm, DType XT>
+inline RowSums widen_and_sum(const detail::NormJob& job, std::int64_t r, float* row, float shift) {
   constexpr int W = Vec::W;
   const std::int64_t n = job.hidden, nv = n / W * W;
   const std::size_t xs = detail::norm_elem_bytes(job.x_dtype);
@@ -153,28 +176,35 @@ inline float widen_and_sum(const detail::NormJob& job, std::int64_t r, float* ro
       __builtin_prefetch(static_cast<const char*>(x) + x_row_bytes + i * static_cast<std::int64_t>(xs), 0, 3);
       if (res) __builtin_prefetch(static_cast<const char*>(res) + res_row_bytes + i * static_cast<std::int64_t>(xs), 0, 3);
     }
-    typename Vec::T v = load_vec(x, job.x_dtype, i);
+    typename Vec::T v = load_vec<XT>(x, i);
     if (res) {
-      v = round_vec(Vec::add(v, load_vec(res, job.residual_dtype, i)), job.x_dtype);
-      if (sum) store_vec(sum, job.x_dtype, i, v, false);
+      v = round_vec<XT>(Vec::add(v, load_vec(res, job.residual_dtype, i)));
+      if (sum) store_vec<XT>(sum, i, v, false);
     }
     Vec::store(row + i, v);
     return v;
   };
-  // Two accumulators in registers (independent chains), the same order for
-  // every row.
-  typename Vec::T acc0 = Vec::zero(), acc1 = Vec::zero();
+  // Two accumulators a sum in registers (independent chains), the same
+  // order for every row.
+  const typename Vec::T k = Vec::set1(shift);
+  typename Vec::T acc[2] = {Vec::zero(), Vec::zero()}, sq[2] = {Vec::zero(), Vec::zero()};
+  auto take = [&](int j, typename Vec::T v) {
+    if constexpr (kLayerNorm) {
+      v = Vec::sub(v, k);
+      acc[j] = Vec::add(acc[j], v);
+    }
+    sq[j] = Vec::fmadd(v, v, sq[j]);
+  };
   std::int64_t i = 0;
   for (; i + 2 * W <= nv; i += 2 * W) {
     const typename Vec::T v0 = element(i), v1 = element(i + W);
-    acc0 = kSquares ? Vec::fmadd(v0, v0, acc0) : Vec::add(acc0, v0);
-    acc1 = kSquares ? Vec::fmadd(v1, v1, acc1) : Vec::add(acc1, v1);
+    take(0, v0);
+    take(1, v1);
   }
-  if (i < nv) {
-    const typename Vec::T v0 = element(i);
-    acc0 = kSquares ? Vec::fmadd(v0, v0, acc0) : Vec::add(acc0, v0);
-  }
-  float total = Vec::reduce_add(Vec::add(acc0, acc1));
+  if (i < nv) take(0, element(i));
+  RowSums total;
+  total.d = Vec::reduce_add(Vec::add(acc[0], acc[1]));
+  total.d2 = Vec::reduce_add(Vec::add(sq[0], sq[1]));
   for (std::int64_t i = nv; i < n; ++i) {
     float v = detail::load_as_f32(x, job.x_dtype, i);
     if (res) {
@@ -184,15 +214,29 @@ inline float widen_and_sum(const detail::NormJob& job, std::int64_t r, float* ro
       if (sum) detail::store_from_f32(sum, job.x_dtype, i, v);
     }
     row[i] = v;
-    total += kSquares ? v * v : v;
+    const float d = kLayerNorm ? v - shift : v;
+    total.d += d;
+    total.d2 += d * d;
   }
   return total;
+}
+
+// Element 0 of the row as pass A widens it: LayerNorm's first shift.
+inline float first_element(const detail::NormJob& job, std::int64_t r) {
+  float v = detail::load_as_f32(job.x, job.x_dtype, r * job.x_stride);
+  if (job.residual) {
+    v += detail::load_as_f32(job.residual, job.residual_dtype, r * job.residual_stride);
+    if (job.x_dtype == DType::kF16) v = detail::f16_to_f32(detail::f32_to_f16(v));
+    if (job.x_dtype == DType::kBF16) v = detail::bf16_to_f32(detail::f32_to_bf16(v));
+  }
+  return v;
 }
 
 // The last pass: y = ((row - shift) - correction) * rstd * gamma + beta,
 // stored in y's dtype (gamma, beta may be null); the mean in two parts, so
 // a row whose mean is large against its spread keeps the deviations exact
 // (one fp32 mean would be off by up to half its ulp: 5e-4 at 1e4).
+template <DType YT, bool kShift>
 inline void normalize_store(const detail::NormJob& job, std::int64_t r, const float* row, float shift, float correction,
                             float rstd, const float* beta) {
   constexpr int W = Vec::W;
@@ -202,10 +246,12 @@ inline void normalize_store(const detail::NormJob& job, std::int64_t r, const fl
   const float* gamma = job.gamma;
   const typename Vec::T s = Vec::set1(shift), cr = Vec::set1(correction), rs = Vec::set1(rstd);
   for (std::int64_t i = 0; i < nv; i += W) {
-    typename Vec::T v = Vec::mul(Vec::sub(Vec::sub(Vec::load(row + i), s), cr), rs);
+    typename Vec::T v = Vec::load(row + i);
+    if constexpr (kShift) v = Vec::sub(Vec::sub(v, s), cr);
+    v = Vec::mul(v, rs);
     if (gamma) v = Vec::mul(v, Vec::load(gamma + i));
     if (beta) v = Vec::add(v, Vec::load(beta + i));
-    store_vec(y, job.y_dtype, i, v, stream);
+    store_vec<YT>(y, i, v, stream);
   }
   for (std::int64_t i = nv; i < n; ++i) {
     float v = ((row[i] - shift) - correction) * rstd;
@@ -215,32 +261,66 @@ inline void normalize_store(const detail::NormJob& job, std::int64_t r, const fl
   }
 }
 
-inline void norm_rows(const detail::NormJob& job, std::int64_t r0, std::int64_t r1, float* row) {
+template <DType XT, DType YT>
+inline void norm_rows_of(const detail::NormJob& job, std::int64_t r0, std::int64_t r1, float* row) {
   const std::int64_t n = job.hidden;
   const float inv_n = 1.0f / static_cast<float>(n);
   for (std::int64_t r = r0; r < r1; ++r) {
-    // LayerNorm: the mean, then the deviations from it with their own sum
-    // as a correction (the corrected two-pass algorithm: a row whose mean
-    // is large against its spread loses nothing to cancellation, and the
-    // rounding of the first sum is taken back).  RMSNorm: the mean square.
+    // LayerNorm: the deviations d from a shift and their sum as the
+    // correction (var = mean(d^2) - mean(d)^2, the mean = shift + mean(d)).
+    // The shift is first the row's first element, in the pass that reads
+    // the row; where that lies far from the mean (mean(d)^2 > 64 var, which
+    // would cost more than 6 bits to cancellation), a second pass over the
+    // row in L1 takes the deviations from the mean found: the corrected
+    // two-pass algorithm, so a row whose mean is large against its spread
+    // loses nothing to cancellation.  Never E[x^2] - E[x]^2 (shift 0).
+    // RMSNorm: the mean square.
     float shift = 0.0f, correction = 0.0f, var;
     if (job.kind == NormKind::kLayerNorm) {
-      shift = widen_and_sum<false>(job, r, row) * inv_n;
-      const RowSums dev = row_sums<true>(row, n, shift);
+      shift = first_element(job, r);
+      RowSums dev = widen_and_sum<true, XT>(job, r, row, shift);
       correction = dev.d * inv_n;
       var = dev.d2 * inv_n - correction * correction;
+      if (!(correction * correction <= 64.0f * var)) {
+        shift += correction;
+        dev = row_sums<true>(row, n, shift);
+        correction = dev.d * inv_n;
+        var = dev.d2 * inv_n - correction * correction;
+      }
       var = var < 0.0f ? 0.0f : var;  // rounding can leave it just below 0; NaN stays NaN
     } else {
-      var = widen_and_sum<true>(job, r, row) * inv_n;
+      var = widen_and_sum<false, XT>(job, r, row, 0.0f).d2 * inv_n;
     }
     const float rstd = 1.0f / std::sqrt(var + job.eps);
     if (job.mean) job.mean[r] = shift + correction;
     if (job.rstd) job.rstd[r] = rstd;
-    normalize_store(job, r, row, shift, correction, rstd, job.kind == NormKind::kLayerNorm ? job.beta : nullptr);
+    if (job.kind == NormKind::kLayerNorm) {
+      normalize_store<YT, true>(job, r, row, shift, correction, rstd, job.beta);
+    } else {
+      normalize_store<YT, false>(job, r, row, 0.0f, 0.0f, rstd, nullptr);
+    }
   }
 #if defined(__AVX2__) || defined(__AVX512F__)
   if (job.stream) _mm_sfence();  // the streamed lines reach memory before the pool reports the item done
 #endif
+}
+
+// The kernel for the job's x and y dtypes (each loop then converts without
+// a branch a vector).
+template <DType XT>
+inline void norm_rows_x(const detail::NormJob& job, std::int64_t r0, std::int64_t r1, float* row) {
+  switch (job.y_dtype) {
+    case DType::kF16: return norm_rows_of<XT, DType::kF16>(job, r0, r1, row);
+    case DType::kBF16: return norm_rows_of<XT, DType::kBF16>(job, r0, r1, row);
+    default: return norm_rows_of<XT, DType::kF32>(job, r0, r1, row);
+  }
+}
+inline void norm_rows(const detail::NormJob& job, std::int64_t r0, std::int64_t r1, float* row) {
+  switch (job.x_dtype) {
+    case DType::kF16: return norm_rows_x<DType::kF16>(job, r0, r1, row);
+    case DType::kBF16: return norm_rows_x<DType::kBF16>(job, r0, r1, row);
+    default: return norm_rows_x<DType::kF32>(job, r0, r1, row);
+  }
 }
 
 }  // namespace fa::FA_KERNEL_NS

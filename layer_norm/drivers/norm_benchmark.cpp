@@ -35,8 +35,9 @@ std::vector<fa::cli::FlagSpec> flags() {
       {"residual", K::kBool, "", "fused: normalize x + residual and write the sum (the pre-norm block)"},
       {"no-gamma", K::kBool, "", "no scale"},
       {"no-beta", K::kBool, "", "no shift (layernorm; rmsnorm has none)"},
+      {"stream", K::kString, "auto|on|off", "y through non-temporal stores (default auto: when x and y exceed the last-level cache)"},
       {"threads", K::kInt, "N", "threads (default: all cores)"},
-      {"isa", K::kString, "generic|avx2|avx512", "kernel path (FA_ISA, else the fastest available)"},
+      {"isa", K::kString, "generic|avx2|avx512|avx512bf16", "kernel path (FA_ISA, else the fastest available)"},
       {"num-runs", K::kInt, "N", "timed runs (default 20)"},
       {"warmup-runs", K::kInt, "N", "untimed runs first (default 3)"},
       {"seed", K::kInt, "N", "seed of the random inputs (default 1)"},
@@ -108,7 +109,13 @@ int run(int argc, char** argv) {
   const std::size_t es = fa::dtype_size(c.dtype);
   const std::size_t bytes_x = fa::cli::checked_product({c.rows, c.hidden, static_cast<std::int64_t>(es)}, "--rows x --hidden");
   fa::cli::check_fits_in_memory(bytes_x * (c.residual ? 4 : 2), "the inputs and outputs");
-  const fa::NormParams params = fa::cli::norm_params(c);
+  fa::NormParams params = fa::cli::norm_params(c);
+  const std::string stream = args.str("stream", "auto");
+  if (stream == "on" || stream == "off") {
+    params.stream_output = stream == "on";
+  } else if (stream != "auto") {
+    throw UsageError("--stream=" + stream + " is not valid: expected auto, on or off");
+  }
   fa::Isa isa;
   if (fa::Status s = fa::norm_isa(params, &isa); !s.ok()) throw UsageError(s.message());
   fa::cli::NormBuffers b = fa::cli::make_norm_buffers(c);

@@ -19,7 +19,7 @@ using fa::cli::UsageError;
 int run(int argc, char** argv) {
   Args args("layer_norm_test", {{"quick", FlagKind::kBool, "", "run a subset"},
                                 {"dtype", FlagKind::kString, "fp32|fp16|bf16", "only cases of this dtype"},
-                                {"isa", FlagKind::kString, "generic|avx2|avx512", "only this kernel path (default: every path this CPU runs)"},
+                                {"isa", FlagKind::kString, "generic|avx2|avx512|avx512bf16", "only this kernel path (default: every path this CPU runs)"},
                                 {"seed", FlagKind::kInt, "N", "seed of the random inputs (default 1)"},
                                 {"help", FlagKind::kBool, "", "print this help"}});
   args.parse(argc, argv);
@@ -41,7 +41,7 @@ int run(int argc, char** argv) {
     if (!isa) throw UsageError("--isa=" + args.str("isa") + " is not valid: expected generic, avx2 or avx512");
     isas = {*isa};
   } else {
-    for (fa::Isa isa : {fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512}) {
+    for (fa::Isa isa : {fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAvx512Bf16}) {
       fa::NormParams p;
       p.isa = isa;
       fa::Isa chosen;

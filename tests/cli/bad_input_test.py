@@ -186,6 +186,7 @@ NORM_CASES = {
     "norm_rmsnorm_no_beta": (lambda d: ["--op=rmsnorm", "--no-beta"], "--no-beta is not valid with --op=rmsnorm"),
     "norm_unknown_flag": (lambda d: ["--tile-q=64"], "unknown flag --tile-q"),
     "norm_bad_isa": (lambda d: ["--isa=sse9"], "--isa=sse9 is not valid"),
+    "norm_bad_stream": (lambda d: ["--stream=maybe"], "--stream=maybe is not valid: expected auto, on or off"),
 }
 
 

@@ -39,7 +39,7 @@ struct NormParams {
   // square root; > 0.  Unset: 1e-5 for LayerNorm, 1e-6 for RMSNorm.
   std::optional<float> eps;
   int threads = 0;           // 0: the library's CPU set, as attention
-  std::optional<Isa> isa;    // else FA_ISA, else the fastest this CPU runs (generic, avx2, avx512)
+  std::optional<Isa> isa;    // else FA_ISA, else the fastest this CPU runs (generic, avx2, avx512, avx512bf16; amx runs avx512bf16)
   // y (whole 64-byte-aligned rows of it) written with non-temporal stores,
   // around the caches.  Unset: when the call's x and y exceed the
   // last-level cache (y would not stay there for its consumer, and a
