@@ -244,10 +244,11 @@ inline __m512i load_i8_as_i16(const std::int8_t* p, int n) {
 inline float quantize_row_i16(const float* q, int D, int Dp, std::int16_t* out) {
   float top = 0.0f;
   for (int d = 0; d < D; ++d) top = std::fabs(q[d]) > top ? std::fabs(q[d]) : top;
-  const float inv = top > 0.0f ? 32767.0f / top : 0.0f;
+  // In double: for a row of subnormals 32767 / top overflows fp32.
+  const double inv = top > 0.0f ? 32767.0 / top : 0.0;
   for (int d = 0; d < D; ++d) {
-    const float x = std::nearbyint(q[d] * inv);
-    out[d] = static_cast<std::int16_t>(x > 32767.0f ? 32767.0f : x < -32767.0f ? -32767.0f : x);
+    const double x = std::nearbyint(q[d] * inv);
+    out[d] = static_cast<std::int16_t>(x > 32767.0 ? 32767.0 : x < -32767.0 ? -32767.0 : x);
   }
   for (int d = D; d < Dp; ++d) out[d] = 0;
   return top / 32767.0f;
@@ -307,7 +308,8 @@ inline void row_scores_i8(const std::int16_t* q, int Dp, int D, const std::int8_
 // Row p of a tile's probabilities times each key's V scale (vs, unit
 // stride), as int16 in out (with a zero after an odd count: the last key
 // pair); returns the scale (p_c vs_c ~ out[c] * scale), NaN when a product
-// is not finite (the caller then takes the fp32 products for the tile).
+// is not finite or the largest is subnormal (the caller then takes the
+// fp32 products for the tile).
 inline float probabilities_to_i16(const float* p, const float* vs, int cols, float top, std::int16_t* out) {
   __m512 largest = _mm512_setzero_ps();
   __mmask16 bad = 0;
@@ -317,8 +319,10 @@ inline float probabilities_to_i16(const float* p, const float* vs, int cols, flo
     bad |= _mm512_fpclass_ps_mask(x, 0x99);  // NaN or infinity
     largest = _mm512_max_ps(largest, _mm512_abs_ps(x));
   }
-  if (bad) return std::numeric_limits<float>::quiet_NaN();
   const float m = _mm512_reduce_max_ps(largest);
+  // Not finite, or so small that top / m overflows (subnormal products: V
+  // scales near fp32's floor): the fp32 products take the tile.
+  if (bad || (m > 0.0f && m < std::numeric_limits<float>::min())) return std::numeric_limits<float>::quiet_NaN();
   const __m512 inv = _mm512_set1_ps(m > 0.0f ? top / m : 0.0f);
   for (int c = 0; c < cols; c += 16) {
     const __mmask16 k = cols - c >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (cols - c)) - 1);

@@ -1036,6 +1036,27 @@ TEST_P(EdgeCases, Int8CacheOnTheRowPath) {
     EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(dtype())) << fa::cli::describe(c);
     EXPECT_LE(r.lse_max_error, fa::cli::lse_bound(dtype())) << fa::cli::describe(c);
   }
+  // Q and K of subnormal size (Q's int16 scale computed in double, the
+  // scores 0 to fp32): still the reference's result.
+  {
+    CaseSpec c;
+    c.dtype = dtype();
+    c.kv_dtype = DType::kI8;
+    c.seed = 77;
+    c.input_scale = 1e-39;
+    fa::AttentionParams& p = c.params;
+    p.batch = 1;
+    p.seq_q = 1;
+    p.seq_kv = 100;
+    p.num_heads = 4;
+    p.num_kv_heads = 2;
+    p.head_dim = 64;
+    p.isa = isa();
+    const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
+    ASSERT_TRUE(r.status.ok()) << r.status.message();
+    EXPECT_EQ(r.nonfinite, 0);
+    EXPECT_LE(r.rel_l2_error, fa::cli::rel_l2_bound(dtype())) << "subnormal Q and K";
+  }
   // K of zeros (every score 0: one probability for all keys) and V of +-3
   // by dim: int8 codes of +-127 with a scale of 3/127, so O is +-3 exactly
   // after tiles of 512 keys whose P·V lanes sum 512 x 32767 x 127.
