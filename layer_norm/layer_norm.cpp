@@ -66,18 +66,6 @@ bool path_built(Isa isa) {
   }
 }
 
-bool cpu_runs(Isa isa) {
-  const detail::CpuFeatures& f = detail::cpu_features();
-  switch (isa) {
-    case Isa::kGeneric: return true;
-    case Isa::kAvx2: return f.has_avx2_path();
-    case Isa::kAvx512: return f.has_avx512_path();
-    case Isa::kAvx512Bf16: return f.has_avx512bf16_path();
-    case Isa::kAmx: return f.has_amx_path();
-  }
-  return false;
-}
-
 const detail::NormKernelTable* table_of(Isa isa) {
   switch (norm_path(isa)) {
 #if defined(LN_BUILD_AVX512BF16)
@@ -162,14 +150,14 @@ Status norm_isa(const NormParams& p, Isa* isa) {
     if (!path_built(*forced)) {
       return Status::Unsupported(std::string("instruction set ") + detail::isa_text(*forced) + " not built into this library");
     }
-    if (!cpu_runs(*forced)) {
+    if (!detail::cpu_features().has_path(*forced)) {
       return Status::Unsupported(std::string("instruction set ") + detail::isa_text(*forced) + " not supported by this CPU");
     }
     *isa = norm_path(*forced);
     return Status::Ok();
   }
   for (Isa candidate : {Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2}) {
-    if (path_built(candidate) && cpu_runs(candidate)) {
+    if (path_built(candidate) && detail::cpu_features().has_path(candidate)) {
       *isa = candidate;
       return Status::Ok();
     }

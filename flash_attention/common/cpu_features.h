@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "flash_attention/flash_attention.h"
+
 namespace fa::detail {
 
 struct CpuFeatures {
@@ -31,6 +33,18 @@ struct CpuFeatures {
   bool bf16_dot_outpaces_fma() const { return has_avx512bf16_path() && amd; }
   bool has_amx_path() const {
     return has_avx512bf16_path() && avx512_fp16 && os_amx && amx_tile && amx_bf16;
+  }
+  // Whether the CPU and OS run the instructions of `isa`'s path (AMX's
+  // tile permission aside: see request_amx_permission).
+  bool has_path(Isa isa) const {
+    switch (isa) {
+      case Isa::kGeneric: return true;
+      case Isa::kAvx2: return has_avx2_path();
+      case Isa::kAvx512: return has_avx512_path();
+      case Isa::kAvx512Bf16: return has_avx512bf16_path();
+      case Isa::kAmx: return has_amx_path();
+    }
+    return false;
   }
 };
 

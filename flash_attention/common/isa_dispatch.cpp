@@ -59,19 +59,13 @@ constexpr const auto& kAllIsas = detail::kAllIsaValues;
 
 bool cpu_can_run(Isa isa) {
   const detail::CpuFeatures& f = detail::cpu_features();
-  switch (isa) {
-    case Isa::kGeneric: return true;
-    case Isa::kAvx2: return f.has_avx2_path();
-    case Isa::kAvx512: return f.has_avx512_path();
-    case Isa::kAvx512Bf16: return f.has_avx512bf16_path();
+  if (isa != Isa::kAmx) return f.has_path(isa);
 #if FA_AMX_EMULATION
-    case Isa::kAmx: return f.has_avx512bf16_path();  // tiles modelled in C++
+  return f.has_avx512bf16_path();  // tiles modelled in C++
 #else
-    // Linux hands out the tile registers only on request (once per process).
-    case Isa::kAmx: return f.has_amx_path() && detail::request_amx_permission();
+  // Linux hands out the tile registers only on request (once per process).
+  return f.has_amx_path() && detail::request_amx_permission();
 #endif
-  }
-  return false;
 }
 
 // What an ISA needs, named as in the messages.
