@@ -1,12 +1,14 @@
 // The normalization kernels, written once over the attention kernels'
 // vector policy (flash_attention/kernels/vec_*.h, `Vec`) and compiled per
-// path by kernels/norm_<path>.cpp inside its own FA_KERNEL_NS.  A row is
-// widened to fp32 into the thread's scratch (with the residual added and
-// rounded to x's dtype first), its statistics taken over the scratch in
-// two passes (the mean, then the squared deviations from it: never E[x^2]
-// - E[x]^2), normalized in place and stored in y's dtype.  The row stays in
-// L1 or L2 between the passes, so memory sees one read of x (and the
-// residual) and one write of y (and the sum).
+// path by kernels/norm_<path>.cpp inside its own FA_KERNEL_NS, templated
+// on x's and y's dtypes.  A row is widened to fp32 into the thread's
+// scratch (with the residual added and rounded to x's dtype first) by the
+// pass that also takes its sums (LayerNorm: deviations from the row's first
+// element and their squares, a second pass over the scratch where that
+// element lies far from the mean; never E[x^2] - E[x]^2), then normalized
+// and stored in y's dtype.  The row stays in L1 or L2 between the passes,
+// so memory sees one read of x (and the residual) and one write of y (and
+// the sum).
 #pragma once
 
 #include <cmath>
@@ -19,8 +21,9 @@ namespace fa::FA_KERNEL_NS {
 
 // One vector of x's or y's dtype at p (element i), as fp32 and back:
 // F16C and integer rounding on the AVX paths (the same bits as
-// dtype_convert.h's scalar conversions: nearest even, NaN kept quiet),
-// scalar conversions on the generic path.
+// dtype_convert.h's scalar conversions: nearest even, NaN kept quiet; on
+// avx512bf16 the bf16 store is VCVTNEPS2BF16, whose results below 2^-126
+// flush to zero), scalar conversions on the generic path.
 template <DType DT>
 inline typename Vec::T load_vec(const void* p, std::int64_t i) {
 #if defined(FA_HAVE_SIMD_CONVERT)
