@@ -106,13 +106,12 @@ inline void store_vec(void* p, std::int64_t i, typename Vec::T v, bool stream) {
 #endif
 }
 
-// Sums over the row of d = row[i] - shift and of d^2 (kSquares) or of
-// row[i] alone, four vector accumulators a sum, then the tail: the same
-// order for every row.
+// Sums over the row of d = row[i] - shift and of d^2 (LayerNorm's second
+// pass), four vector accumulators a sum, then the tail: the same order for
+// every row.
 struct RowSums {
   float d = 0, d2 = 0;
 };
-template <bool kSquares>
 inline RowSums row_sums(const float* row, std::int64_t n, float shift) {
   constexpr int W = Vec::W;
   const typename Vec::T s = Vec::set1(shift);
@@ -123,21 +122,21 @@ inline RowSums row_sums(const float* row, std::int64_t n, float shift) {
     for (int k = 0; k < 4; ++k) {
       const typename Vec::T v = Vec::sub(Vec::load(row + i + k * W), s);
       acc[k] = Vec::add(acc[k], v);
-      if constexpr (kSquares) sq[k] = Vec::fmadd(v, v, sq[k]);
+      sq[k] = Vec::fmadd(v, v, sq[k]);
     }
   }
   for (; i + W <= n; i += W) {
     const typename Vec::T v = Vec::sub(Vec::load(row + i), s);
     acc[0] = Vec::add(acc[0], v);
-    if constexpr (kSquares) sq[0] = Vec::fmadd(v, v, sq[0]);
+    sq[0] = Vec::fmadd(v, v, sq[0]);
   }
   RowSums out;
   out.d = Vec::reduce_add(Vec::add(Vec::add(acc[0], acc[1]), Vec::add(acc[2], acc[3])));
-  if constexpr (kSquares) out.d2 = Vec::reduce_add(Vec::add(Vec::add(sq[0], sq[1]), Vec::add(sq[2], sq[3])));
+  out.d2 = Vec::reduce_add(Vec::add(Vec::add(sq[0], sq[1]), Vec::add(sq[2], sq[3])));
   for (; i < n; ++i) {
     const float v = row[i] - shift;
     out.d += v;
-    if constexpr (kSquares) out.d2 += v * v;
+    out.d2 += v * v;
   }
   return out;
 }
@@ -286,7 +285,7 @@ inline void norm_rows_of(const detail::NormJob& job, std::int64_t r0, std::int64
       var = dev.d2 * inv_n - correction * correction;
       if (!(correction * correction <= 64.0f * var)) {
         shift += correction;
-        dev = row_sums<true>(row, n, shift);
+        dev = row_sums(row, n, shift);
         correction = dev.d * inv_n;
         var = dev.d2 * inv_n - correction * correction;
       }

@@ -261,49 +261,62 @@ inline float i16_probability_top(int cols) {
   return fit < 32767.0 ? static_cast<float>(std::floor(fit)) : 32767.0f;
 }
 
-// s[r * lds + c] = dot(q_r, k_c) in the quantized units (the softmax
-// applies Q's and K's scales with the score scale, vectorized), with q
-// int16 rows (q: [NR][Dp], zero past D) and an int8 K: per 32 dims one
-// VPDPWSSD a row and key, summed in the same order whatever NR.
-template <int NR>
-inline void row_scores_i8(const std::int16_t* q, int Dp, int D, const std::int8_t* k, std::int64_t ldk, int cols,
-                          float* s, std::int64_t lds, KvLineStream& next, int per_block) {
+// s[r * lds + c] = dot(q_r, k_c) for NR rows of pairs (q: [NR][ldq], zero
+// past D) and keys [0, cols) of a K tile, as row_scores: per 32 dims one
+// dot instruction a row and key, summed in the same order whatever NR.
+// P, the products: VPDPWSSD on int16 Q and an int8 K (I16Pairs: the scores
+// in the quantized units; the softmax applies Q's and K's scales with the
+// score scale), or VDPBF16PS on bf16 rows (Bf16Pairs).
+template <class P, int NR>
+inline void row_scores_pairs(const typename P::QElem* q, int ldq, int D, const typename P::KElem* k, std::int64_t ldk,
+                             int cols, float* s, std::int64_t lds, KvLineStream& next, int per_block) {
   constexpr int KB = kKeyBlock;
   int c = 0;
   for (; c + KB <= cols; c += KB) {
     next.issue(per_block);
-    __m512i acc[NR][KB];
+    typename P::Acc acc[NR][KB];
 #pragma GCC unroll 8
     for (int r = 0; r < NR; ++r) {
 #pragma GCC unroll 4
-      for (int j = 0; j < KB; ++j) acc[r][j] = _mm512_setzero_si512();
+      for (int j = 0; j < KB; ++j) acc[r][j] = P::zero();
     }
     for (int d = 0; d < D; d += 32) {
-      __m512i kv[KB];
+      typename P::Operand kv[KB];
 #pragma GCC unroll 4
-      for (int j = 0; j < KB; ++j) kv[j] = load_i8_as_i16(k + (c + j) * ldk + d, D - d);
+      for (int j = 0; j < KB; ++j) kv[j] = P::load_k(k + (c + j) * ldk + d, D - d);
 #pragma GCC unroll 8
       for (int r = 0; r < NR; ++r) {
-        const __m512i qv = _mm512_loadu_si512(q + r * Dp + d);
+        const typename P::Operand qv = P::load_q(q + r * ldq + d);
 #pragma GCC unroll 4
-        for (int j = 0; j < KB; ++j) acc[r][j] = dot_i16(acc[r][j], qv, kv[j]);
+        for (int j = 0; j < KB; ++j) acc[r][j] = P::dot(acc[r][j], qv, kv[j]);
       }
     }
 #pragma GCC unroll 8
     for (int r = 0; r < NR; ++r) {
-      Vec::reduce_add4(_mm512_cvtepi32_ps(acc[r][0]), _mm512_cvtepi32_ps(acc[r][1]), _mm512_cvtepi32_ps(acc[r][2]),
-                       _mm512_cvtepi32_ps(acc[r][3]), s + r * lds + c);
+      Vec::reduce_add4(P::sums(acc[r][0]), P::sums(acc[r][1]), P::sums(acc[r][2]), P::sums(acc[r][3]), s + r * lds + c);
     }
   }
   for (; c < cols; ++c) {  // the last cols % KB keys, one at a time
     next.issue(per_block);
     for (int r = 0; r < NR; ++r) {
-      __m512i acc = _mm512_setzero_si512();
-      for (int d = 0; d < D; d += 32) acc = dot_i16(acc, _mm512_loadu_si512(q + r * Dp + d), load_i8_as_i16(k + c * ldk + d, D - d));
-      s[r * lds + c] = _mm512_reduce_add_ps(_mm512_cvtepi32_ps(acc));
+      typename P::Acc acc = P::zero();
+      for (int d = 0; d < D; d += 32) acc = P::dot(acc, P::load_q(q + r * ldq + d), P::load_k(k + c * ldk + d, D - d));
+      s[r * lds + c] = _mm512_reduce_add_ps(P::sums(acc));
     }
   }
 }
+
+struct I16Pairs {
+  using QElem = std::int16_t;
+  using KElem = std::int8_t;
+  using Acc = __m512i;
+  using Operand = __m512i;
+  static Acc zero() { return _mm512_setzero_si512(); }
+  static Operand load_q(const QElem* p) { return _mm512_loadu_si512(p); }
+  static Operand load_k(const KElem* p, int n) { return load_i8_as_i16(p, n); }
+  static Acc dot(Acc acc, Operand a, Operand b) { return dot_i16(acc, a, b); }
+  static __m512 sums(Acc acc) { return _mm512_cvtepi32_ps(acc); }
+};
 
 // Row p of a tile's probabilities times each key's V scale (vs, unit
 // stride), as int16 in out (with a zero after an odd count: the last key
@@ -420,45 +433,19 @@ inline void row_accumulate_i8(float* o, int D, const float* alpha, const float* 
 
 inline __m512bh bf16_pairs(const std::uint16_t* p) { return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p)); }
 
-// s[r * lds + c] = dot(q_r, k_c) as row_scores, with q and k bf16 rows (q:
-// [NR][D]): per 32 dims one VDPBF16PS a row and key, summed in the same
-// order whatever NR.
-template <int NR>
-inline void row_scores_dot(const std::uint16_t* q, int D, const std::uint16_t* k, std::int64_t ldk, int cols, float* s,
-                           std::int64_t lds, KvLineStream& next, int per_block) {
-  constexpr int KB = kKeyBlock;
-  int c = 0;
-  for (; c + KB <= cols; c += KB) {
-    next.issue(per_block);
-    __m512 acc[NR][KB];
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; ++r) {
-#pragma GCC unroll 4
-      for (int j = 0; j < KB; ++j) acc[r][j] = _mm512_setzero_ps();
-    }
-    for (int d = 0; d < D; d += 32) {
-      __m512bh kv[KB];
-#pragma GCC unroll 4
-      for (int j = 0; j < KB; ++j) kv[j] = bf16_pairs(k + (c + j) * ldk + d);
-#pragma GCC unroll 8
-      for (int r = 0; r < NR; ++r) {
-        const __m512bh qv = bf16_pairs(q + r * D + d);
-#pragma GCC unroll 4
-        for (int j = 0; j < KB; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], qv, kv[j]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; ++r) Vec::reduce_add4(acc[r][0], acc[r][1], acc[r][2], acc[r][3], s + r * lds + c);
-  }
-  for (; c < cols; ++c) {  // the last cols % KB keys, one at a time
-    next.issue(per_block);
-    for (int r = 0; r < NR; ++r) {
-      __m512 acc = _mm512_setzero_ps();
-      for (int d = 0; d < D; d += 32) acc = _mm512_dpbf16_ps(acc, bf16_pairs(q + r * D + d), bf16_pairs(k + c * ldk + d));
-      s[r * lds + c] = _mm512_reduce_add_ps(acc);
-    }
-  }
-}
+// The row path's Q·Kᵀ on bf16 rows (row_scores_pairs): head_dim a multiple
+// of 32, so K's last step needs no mask.
+struct Bf16Pairs {
+  using QElem = std::uint16_t;
+  using KElem = std::uint16_t;
+  using Acc = __m512;
+  using Operand = __m512bh;
+  static Acc zero() { return _mm512_setzero_ps(); }
+  static Operand load_q(const QElem* p) { return bf16_pairs(p); }
+  static Operand load_k(const KElem* p, int) { return bf16_pairs(p); }
+  static Acc dot(Acc acc, Operand a, Operand b) { return _mm512_dpbf16_ps(acc, a, b); }
+  static __m512 sums(Acc acc) { return acc; }
+};
 
 // P·V's accumulators hold 32 dims as two vectors of V's key pairs
 // interleaved by VPUNPCKLWD / VPUNPCKHWD: dims {0-3, 8-11, 16-19, 24-27} of
@@ -673,7 +660,7 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
   float* s = w.st;  // [head_rows][tile_kv] scores, then probabilities
   const std::int64_t lds = tkv;
   // bf16 throughout on a CPU with VDPBF16PS: the products as pair dot
-  // products (row_scores_dot, row_accumulate_dot), with Q's bf16 rows in
+  // products (row_scores_pairs<Bf16Pairs>, row_accumulate_dot), with Q's bf16 rows in
   // place of its fp32 ones and the bf16 probabilities in the V buffer, which
   // V read in place leaves free.
 #if defined(FA_HAVE_ROW_DOT) || defined(FA_HAVE_ROW_I8)
@@ -692,7 +679,7 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
     }
   }
 #endif
-  // An int8 cache on AVX-512: the products in integers (row_scores_i8,
+  // An int8 cache on AVX-512: the products in integers (row_scores_pairs<I16Pairs>,
   // row_accumulate_i8), but for a tile whose scales are not all finite, or
   // whose probabilities are not, which takes the fp32 products (the NaN
   // rule as the reference says).  P's and Q's scales and Q's int16 rows lie
@@ -708,12 +695,8 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
   auto* q16 = reinterpret_cast<std::int16_t*>(q_scale + pad16(row_floats));
   auto* p16 = reinterpret_cast<std::int16_t*>(w.vbuf);
   bool i8 = kI8Types && std::size_t(head_rows) * ldp / 2 <= std::size_t(tkv) * D;
-  if (i8) {
-    for (int rr = 0; rr < total_rows && i8; ++rr) {
-      for (int d = 0; d < D; ++d) i8 = i8 && std::isfinite(q[rr * D + d]);
-    }
-    for (int rr = 0; i8 && rr < total_rows; ++rr) q_scale[rr] = quantize_row_i16(q + rr * D, D, Dp, q16 + rr * Dp);
-  }
+  i8 = i8 && all_finite(q, total_rows * D);
+  for (int rr = 0; i8 && rr < total_rows; ++rr) q_scale[rr] = quantize_row_i16(q + rr * D, D, Dp, q16 + rr * Dp);
 #endif
   // Fused: the next tile's lines stream into L2 during this tile's work
   // (decoding reads every K/V byte once: without it each key row's load
@@ -800,8 +783,8 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
 #if defined(FA_HAVE_ROW_I8)
         if constexpr (kI8Types) {
           if (tile_i8) {
-            row_scores_i8<NR>(q16 + (first + r0) * Dp, Dp, D, kin, job.k_strides[2], cols, s + r0 * lds, lds, next,
-                              per_block);
+            row_scores_pairs<I16Pairs, NR>(q16 + (first + r0) * Dp, Dp, D, kin, job.k_strides[2], cols, s + r0 * lds,
+                                           lds, next, per_block);
             return;
           }
         }
@@ -809,7 +792,8 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
 #if defined(FA_HAVE_ROW_DOT)
         if constexpr (kDotTypes) {
           if (dot) {
-            row_scores_dot<NR>(qh + (first + r0) * D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds, next, per_block);
+            row_scores_pairs<Bf16Pairs, NR>(qh + (first + r0) * D, D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds,
+                                            next, per_block);
             return;
           }
         }
