@@ -1,10 +1,9 @@
 // The normalization operators' entry points: validation (one-line
 // messages, never an abort), the kernel path, the rows handed to the
-// library's thread pool, the float64 reference and the copy probe.
+// library's thread pool, and the float64 reference.
 #include "layer_norm/layer_norm.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -304,30 +303,6 @@ Status norm_reference(const NormParams& p, const NormTensors& t, double* y, doub
     }
   }
   return Status::Ok();
-}
-
-double measure_copy_bandwidth_gbps(int threads, std::size_t bytes, double seconds) {
-  const int used = threads > 0 ? threads : detail::worker_cpu_count();
-  const std::size_t half = std::max<std::size_t>(bytes / 2 / 64 * 64, 64 * std::size_t(used));
-  std::unique_ptr<char[]> src(new (std::nothrow) char[half]), dst(new (std::nothrow) char[half]);
-  if (!src || !dst) return 0.0;
-  std::memset(src.get(), 1, half);
-  std::memset(dst.get(), 0, half);
-  const std::size_t chunk = (half / static_cast<std::size_t>(used)) / 64 * 64;
-  double best = 0.0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  for (int rep = 0; rep < 3 || std::chrono::steady_clock::now() < deadline; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    detail::ThreadPool::global().parallel_for(used, used, [&](std::int64_t item, int) {
-      const std::size_t begin = static_cast<std::size_t>(item) * chunk;
-      const std::size_t len = item == used - 1 ? half - begin : chunk;
-      std::memcpy(dst.get() + begin, src.get() + begin, len);
-    });
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s > 0) best = std::max(best, 2.0 * static_cast<double>(half) / s / 1e9);
-    if (rep > 100) break;
-  }
-  return best;
 }
 
 }  // namespace fa

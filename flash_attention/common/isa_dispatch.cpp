@@ -1,8 +1,11 @@
 // Which kernel paths this build has, which the CPU can run, and the choice
 // between them: forced by the caller, by FA_ISA, or the fastest available.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -215,6 +218,31 @@ double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t bytes, doub
   for (double r : rates) total += r;
   return total / 1e9;
 }
+
+double measure_copy_bandwidth_gbps(int threads, std::size_t bytes, double seconds) {
+  const int used = threads > 0 ? threads : default_thread_count();
+  const std::size_t half = std::max<std::size_t>(bytes / 2 / 64 * 64, 64 * std::size_t(used));
+  std::unique_ptr<char[]> src(new (std::nothrow) char[half]), dst(new (std::nothrow) char[half]);
+  if (!src || !dst) return 0.0;
+  std::memset(src.get(), 1, half);
+  std::memset(dst.get(), 0, half);
+  const std::size_t chunk = (half / static_cast<std::size_t>(used)) / 64 * 64;
+  double best = 0.0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (int rep = 0; rep < 3 || std::chrono::steady_clock::now() < deadline; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    detail::ThreadPool::global().parallel_for(used, used, [&](std::int64_t item, int) {
+      const std::size_t begin = static_cast<std::size_t>(item) * chunk;
+      const std::size_t len = item == used - 1 ? half - begin : chunk;
+      std::memcpy(dst.get() + begin, src.get() + begin, len);
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s > 0) best = std::max(best, 2.0 * static_cast<double>(half) / s / 1e9);
+    if (rep > 100) break;
+  }
+  return best;
+}
+
 
 bool uses_matrix_unit(Isa isa, DType dtype, std::int64_t head_dim) {
   if (head_dim <= 0) return false;  // any other: padded to the engines' 32-dim step

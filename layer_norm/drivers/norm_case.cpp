@@ -2,25 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
-#include <new>
 
 #include "common/dtype_convert.h"
 #include "driver/cli_args.h"
 
 namespace fa::cli {
-
-int run_guarded(int (*run)(int, char**), int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const UsageError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 2;
-  } catch (const std::bad_alloc&) {
-    std::cerr << "error: out of memory; use a smaller shape\n";
-    return 2;
-  }
-}
 
 const char* norm_kind_name(NormKind kind) { return kind == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"; }
 

@@ -49,10 +49,6 @@ struct NormCheck {
 // statistics' fp32 precision (1e-4 relative).
 NormCheck check_norm(const NormCase& c, const NormBuffers& b);
 
-// main() of a norm program: run(argc, argv), a usage error or a failed
-// allocation printed as one line with exit status 2.
-int run_guarded(int (*run)(int, char**), int argc, char** argv);
-
 // "layernorm", "rmsnorm".
 const char* norm_kind_name(NormKind kind);
 std::string describe(const NormCase& c);

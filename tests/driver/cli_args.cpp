@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
+#include <new>
 #include <sstream>
 
 namespace fa::cli {
@@ -125,6 +127,18 @@ std::string Args::help_text() const {
     out << "  " << left << std::string(width + 4 - left.size() + 2, ' ') << s.help << "\n";
   }
   return out.str();
+}
+
+int run_guarded(int (*run)(int, char**), int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory; use a smaller shape\n";
+    return 2;
+  }
 }
 
 }  // namespace fa::cli

@@ -56,4 +56,8 @@ class Args {
   std::map<std::string, std::string> values_;
 };
 
+// main() of a program: run(argc, argv), a usage error or a failed
+// allocation printed as one line with exit status 2.
+int run_guarded(int (*run)(int, char**), int argc, char** argv);
+
 }  // namespace fa::cli

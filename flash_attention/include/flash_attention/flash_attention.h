@@ -404,6 +404,12 @@ FA_API double measure_matrix_peak_gflops(Isa isa, int threads, double seconds);
 // the buffer cannot be allocated or the path is not available.
 FA_API double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t bytes, double seconds);
 
+// The bandwidth of a streaming copy of `bytes` (half read, half written) on
+// `threads` threads, in GB/s of bytes moved (read + written), the best of
+// repeats over about `seconds`: the yardstick of the element-wise operators
+// (norms, RoPE, gated linear units), which read and write alike.
+FA_API double measure_copy_bandwidth_gbps(int threads, std::size_t bytes, double seconds);
+
 // True when a call of this dtype and head_dim on `isa` runs its products on
 // the bf16 unit measure_matrix_peak_gflops measures: the amx path for bf16,
 // and for fp16 split exactly into two bf16 pieces (three products each); the

@@ -80,10 +80,4 @@ LN_API Status norm_reference(const NormParams& params, const NormTensors& tensor
 // error when the one asked for is not available.
 LN_API Status norm_isa(const NormParams& params, Isa* isa);
 
-// The bandwidth of a streaming copy of `bytes` (half read, half written) on
-// `threads` threads of the library's pool, in GB/s of bytes moved (read +
-// written), the best of repeats over about `seconds`: the yardstick of the
-// norms' benchmark, taken in the same run.
-LN_API double measure_copy_bandwidth_gbps(int threads, std::size_t bytes, double seconds);
-
 }  // namespace fa
