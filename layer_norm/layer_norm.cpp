@@ -15,7 +15,7 @@
 
 #include "common/cpu_features.h"
 #include "common/dtype_convert.h"
-#include "common/isa_names.h"
+#include "common/elementwise_paths.h"
 #include "common/thread_pool.h"
 #include "norm_job.h"
 
@@ -44,13 +44,8 @@ const char* dtype_text(DType dtype) {
   }
 }
 
-// The norms' kernels: generic, avx2, avx512, and avx512bf16 (whose bf16
-// stores are VCVTNEPS2BF16), which the amx path runs too (the tile unit
-// has nothing to do here).
-Isa norm_path(Isa isa) { return isa == Isa::kAmx ? Isa::kAvx512Bf16 : isa; }
-
 bool path_built(Isa isa) {
-  switch (norm_path(isa)) {
+  switch (isa) {
     case Isa::kGeneric: return true;
 #if defined(LN_BUILD_AVX2)
     case Isa::kAvx2: return true;
@@ -66,7 +61,7 @@ bool path_built(Isa isa) {
 }
 
 const detail::NormKernelTable* table_of(Isa isa) {
-  switch (norm_path(isa)) {
+  switch (isa) {
 #if defined(LN_BUILD_AVX512BF16)
     case Isa::kAvx512Bf16: return &detail::kNormKernels_avx512bf16;
 #endif
@@ -111,7 +106,10 @@ bool is_norm_dtype(DType dtype) { return dtype == DType::kF32 || dtype == DType:
 
 float eps_of(const NormParams& p) { return p.eps ? *p.eps : p.kind == NormKind::kLayerNorm ? 1e-5f : 1e-6f; }
 
-std::string shape_text(const RowsView& v) { return "[" + std::to_string(v.rows) + ", " + std::to_string(v.hidden) + "]"; }
+std::string shape_text(const RowsView& v) {
+  std::string s = "[";  // appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on one chain of + here
+  return s.append(std::to_string(v.rows)).append(", ").append(std::to_string(v.hidden)).append("]");
+}
 
 std::int64_t stride_of(const RowsView& v) { return v.row_stride == 0 ? v.hidden : v.row_stride; }
 
@@ -134,36 +132,7 @@ Status check_rows(const char* name, const RowsView& v, const RowsView& x) {
 
 }  // namespace
 
-Status norm_isa(const NormParams& p, Isa* isa) {
-  std::optional<Isa> forced = p.isa;
-  if (!forced) {
-    if (const char* env = std::getenv("FA_ISA"); env && *env) {
-      forced = detail::parse_isa_text(env);
-      if (!forced) {
-        return Status::Invalid(std::string("FA_ISA=") + env + " is not a kernel path (expected generic, avx2, avx512, "
-                               "avx512bf16 or amx)");
-      }
-    }
-  }
-  if (forced) {
-    if (!path_built(*forced)) {
-      return Status::Unsupported(std::string("instruction set ") + detail::isa_text(*forced) + " not built into this library");
-    }
-    if (!detail::cpu_features().has_path(*forced)) {
-      return Status::Unsupported(std::string("instruction set ") + detail::isa_text(*forced) + " not supported by this CPU");
-    }
-    *isa = norm_path(*forced);
-    return Status::Ok();
-  }
-  for (Isa candidate : {Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2}) {
-    if (path_built(candidate) && detail::cpu_features().has_path(candidate)) {
-      *isa = candidate;
-      return Status::Ok();
-    }
-  }
-  *isa = Isa::kGeneric;
-  return Status::Ok();
-}
+Status norm_isa(const NormParams& p, Isa* isa) { return detail::choose_elementwise_path(p.isa, path_built, isa); }
 
 Status validate_norm(const NormParams& p, const NormTensors& t) {
   const RowsView& x = t.x;

@@ -111,9 +111,12 @@ grep -E "FlashAttention Version|FA Tile Config|FA Target" "$LOG" | sed 's/^-- / 
 # not part of an install).
 targets=()
 for v in $VERSIONS; do targets+=(flash_attention_fa$v fa${v}_benchmark fa${v}_test); done
-if grep -q "^ENABLE_LAYER_NORM:BOOL=ON" "$BUILD_DIR/CMakeCache.txt"; then
-  targets+=(layer_norm layer_norm_benchmark layer_norm_test)
-fi
+for module in LAYER_NORM ROPE; do
+  if grep -q "^ENABLE_${module}:BOOL=ON" "$BUILD_DIR/CMakeCache.txt"; then
+    lib=$(echo "$module" | tr 'A-Z' 'a-z')
+    targets+=("$lib" "${lib}_benchmark" "${lib}_test")
+  fi
+done
 echo "[2/3] Building (parallel jobs: $JOBS)..."
 run_logged "the build" cmake --build "$BUILD_DIR" -j "$JOBS" --target "${targets[@]}"
 

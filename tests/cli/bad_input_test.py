@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One bad-input case of a command-line tool, run as its own CTest.
 
-  bad_input_test.py BENCHMARK_BINARY CASE      (or --list fa1|fa2|fa3|layer_norm)
+  bad_input_test.py BENCHMARK_BINARY CASE      (or --list fa1|fa2|fa3|layer_norm|rope)
 
 Each case must exit with status 2, print one line on stderr naming the flag
 and what was expected, print nothing that looks like a result, and leave no
@@ -189,15 +189,45 @@ NORM_CASES = {
     "norm_bad_stream": (lambda d: ["--stream=maybe"], "--stream=maybe is not valid: expected auto, on or off"),
 }
 
+# rope_benchmark: its own flags, the same rule.
+ROPE_CASES = {
+    "rope_odd_head_dim": (lambda d: ["--head-dim=63"], "--head-dim=63 is not valid: expected an even number"),
+    "rope_rotary_dim_too_large": (lambda d: ["--head-dim=64", "--rotary-dim=96"],
+                                  "--rotary-dim: 96 is out of range (expected an integer from 2 to 64)"),
+    "rope_odd_rotary_dim": (lambda d: ["--rotary-dim=33"], "--rotary-dim=33 is not valid: expected an even number"),
+    "rope_bad_mode": (lambda d: ["--mode=rotate-quarter"],
+                      "--mode=rotate-quarter is not valid: expected rotate-half or interleaved"),
+    "rope_base_zero": (lambda d: ["--base=0"], "--base=0 is not valid: expected a number > 0"),
+    "rope_bad_scaling": (lambda d: ["--scaling=yarn"], "--scaling=yarn is not valid: expected none, linear, ntk or llama3"),
+    "rope_factor_below_one": (lambda d: ["--scaling=linear", "--factor=0.5"],
+                              "--factor=0.5 is not valid: expected a number >= 1"),
+    "rope_factor_without_scaling": (lambda d: ["--factor=2"], "--factor is not valid without --scaling"),
+    "rope_llama3_flag_without_llama3": (lambda d: ["--low-freq-factor=2"],
+                                        "--low-freq-factor is not valid without --scaling=llama3"),
+    "rope_high_below_low": (lambda d: ["--scaling=llama3", "--high-freq-factor=0.5"],
+                            "is not valid: expected > --low-freq-factor"),
+    "rope_bad_dtype": (lambda d: ["--dtype=int8"], "--dtype=int8 is not valid: expected fp32, fp16 or bf16"),
+    "rope_tnd_without_cu_seqlens": (lambda d: ["--layout=TND"], "--layout=TND and --cu-seqlens go together"),
+    "rope_bad_cu_seqlens": (lambda d: ["--layout=TND", "--cu-seqlens=0,10,5"],
+                            "--cu-seqlens: '0,10,5' is not a non-decreasing list"),
+    "rope_position_past_range": (lambda d: ["--position-offset=16777215", "--seq-len=4"],
+                                 "is out of range: expected 0 to 2^24 - 1 (computed angles)"),
+    "rope_unknown_flag": (lambda d: ["--eps=1e-5"], "unknown flag --eps"),
+}
+
 
 def version_of(binary):
     name = os.path.basename(binary)
-    return "layer_norm" if name.startswith("layer_norm") else name.split("_")[0]
+    if name.startswith("layer_norm"):
+        return "layer_norm"
+    return name.split("_")[0]
 
 
 def cases_for(version):
     if version == "layer_norm":
         return NORM_CASES
+    if version == "rope":
+        return ROPE_CASES
     own = {"fa1": {**FA1_CASES, **FP8_REFUSED}, "fa2": FP8_REFUSED, "fa3": FA3_CASES}
     return {**CASES, **own.get(version, {})}
 
@@ -232,7 +262,7 @@ def run_case(binary, name):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--list":  # --list VERSION (fa1, fa2, fa3, layer_norm)
+    if len(sys.argv) == 3 and sys.argv[1] == "--list":  # --list VERSION (fa1, fa2, fa3, layer_norm, rope)
         print(";".join(cases_for(sys.argv[2])))
         return 0
     if len(sys.argv) != 3 or sys.argv[2] not in cases_for(version_of(sys.argv[1])):

@@ -5,7 +5,9 @@
 // what was expected; drivers print it and exit with status 2.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -55,6 +57,28 @@ class Args {
   std::vector<FlagSpec> specs_;
   std::map<std::string, std::string> values_;
 };
+
+// "N1,N2,..." as token counts (0 ... 2^30), each accepted by `ok(value,
+// the counts before it)`; else one line naming --flag, the whole list and
+// `expected`.
+template <class Ok>
+std::vector<std::int32_t> parse_count_list(const std::string& text, const char* flag, const char* expected, Ok&& ok) {
+  std::vector<std::int32_t> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v > (1L << 30) || !ok(v, out)) {
+      throw UsageError(std::string("--") + flag + ": '" + text + "' is not " + expected);
+    }
+    out.push_back(static_cast<std::int32_t>(v));
+    pos = comma + 1;
+  }
+  return out;
+}
+
 
 // main() of a program: run(argc, argv), a usage error or a failed
 // allocation printed as one line with exit status 2.

@@ -1,0 +1,56 @@
+# add_elementwise_operator(NAME <lib> PREFIX <P> KERNEL <stem> SOURCES <files>)
+#
+# One of the element-wise operator libraries (the norms, RoPE, the gated
+# linear units): lib<NAME>.so from SOURCES, its kernels kernels/<stem>_<path>.cpp
+# compiled once per path with that path's flags (the attention kernels'
+# vector policies, FA_ISA_FLAGS_*) and announced as <P>_BUILD_<PATH>, the
+# library's own copy of the shared CPU-feature and thread-pool code (hidden,
+# like every symbol but its API's), installed with its include/<NAME> headers.
+# Its paths: generic, and avx2, avx512 and avx512bf16 (bf16 stores as
+# VCVTNEPS2BF16) as far as FA_KERNEL_PATHS reaches; amx runs avx512bf16's.
+function(add_elementwise_operator)
+  cmake_parse_arguments(OP "" "NAME;PREFIX;KERNEL" "SOURCES" ${ARGN})
+  set(paths generic)
+  foreach(path IN ITEMS avx2 avx512 avx512bf16 amx)
+    if(path IN_LIST FA_KERNEL_PATHS)
+      list(APPEND paths avx2)
+      if(NOT path STREQUAL "avx2")
+        list(APPEND paths avx512)
+      endif()
+      if(path STREQUAL "avx512bf16" OR path STREQUAL "amx")
+        list(APPEND paths avx512bf16)
+      endif()
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES paths)
+
+  add_library(${OP_NAME} SHARED
+    ${OP_SOURCES}
+    ${PROJECT_SOURCE_DIR}/flash_attention/common/cpu_features.cpp
+    ${PROJECT_SOURCE_DIR}/flash_attention/common/thread_pool.cpp
+  )
+  foreach(path IN LISTS paths)
+    target_sources(${OP_NAME} PRIVATE kernels/${OP_KERNEL}_${path}.cpp)
+    set_source_files_properties(kernels/${OP_KERNEL}_${path}.cpp PROPERTIES COMPILE_OPTIONS "${FA_ISA_FLAGS_${path}}")
+    string(TOUPPER ${path} upper)
+    target_compile_definitions(${OP_NAME} PRIVATE ${OP_PREFIX}_BUILD_${upper}=1)
+  endforeach()
+  target_include_directories(${OP_NAME}
+    PUBLIC
+      $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+      $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/flash_attention/include>
+      $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
+    PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/flash_attention)
+  find_package(Threads REQUIRED)
+  target_link_libraries(${OP_NAME} PRIVATE Threads::Threads)
+  target_compile_features(${OP_NAME} INTERFACE cxx_std_17)
+  set_target_properties(${OP_NAME} PROPERTIES
+    CXX_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON
+    LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/${OP_NAME}
+    VERSION ${PROJECT_VERSION}
+    SOVERSION ${PROJECT_VERSION_MAJOR})
+  install(TARGETS ${OP_NAME} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(DIRECTORY include/${OP_NAME} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  message(STATUS "${OP_NAME}: kernel paths ${paths}")
+endfunction()

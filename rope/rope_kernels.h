@@ -1,0 +1,220 @@
+// The RoPE kernel, written once over the attention kernels' vector policy
+// (flash_attention/kernels/vec_*.h, `Vec`) and the shared vector loads and
+// stores (vec_io.h), compiled per path by kernels/rope_<path>.cpp inside
+// its own FA_KERNEL_NS.
+//
+// An item is a chunk of tokens and a group of heads.  The chunk's cos and
+// sin rows are made first (from the table, or from the angles), expanded so
+// that both modes rotate as  out = x * C + partner(x) * S  with S carrying
+// the sign, then each head's vectors of the chunk are rotated: head by head,
+// so a BNSD tensor is read in runs of whole rows.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "common/dtype_convert.h"
+#include "kernels/vec_io.h"
+#include "rope_job.h"
+
+namespace fa::FA_KERNEL_NS {
+
+// cos and sin of position * inv_freq[i], i < n, in fp32.  The angle is
+// formed in double and reduced by the nearest multiple q of pi/2 (Cody and
+// Waite's two-part pi/2: q * its 33-bit head is exact while q < 2^20, and
+// positions below 2^24 keep the reduced angle within 1e-8), then sin and
+// cos of the rest (|y| <= pi/4) by their Taylor series to degree 11 and 12
+// (truncation below 2e-9), and the quadrant q mod 4 picks and signs them.
+// Plain double arithmetic, no library call: each path's flags vectorize it.
+inline void angles_cos_sin(double position, const double* inv_freq, std::int64_t n, float* cos_out, float* sin_out) {
+  constexpr double kTwoOverPi = 0.63661977236758134308;
+  constexpr double kPio2Hi = 1.57079632673412561417e+00;  // the first 33 bits of pi/2
+  constexpr double kPio2Lo = 6.07710050650619224932e-11;  // pi/2 - kPio2Hi
+  constexpr double kRound = 0x1.8p52;                     // adding it rounds to an integer (|x| < 2^51)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double a = position * inv_freq[i];
+    const double shifted = a * kTwoOverPi + kRound;
+    const double q = shifted - kRound;
+    std::uint64_t bits;
+    std::memcpy(&bits, &shifted, sizeof bits);
+    const unsigned quadrant = static_cast<unsigned>(bits) & 3u;  // q mod 4 (two's complement low bits)
+    const double y = (a - q * kPio2Hi) - q * kPio2Lo;
+    const double y2 = y * y;
+    const double s = y * (1.0 + y2 * (-1.0 / 6 + y2 * (1.0 / 120 + y2 * (-1.0 / 5040 + y2 * (1.0 / 362880 + y2 * (-1.0 / 39916800))))));
+    const double c = 1.0 + y2 * (-0.5 + y2 * (1.0 / 24 + y2 * (-1.0 / 720 + y2 * (1.0 / 40320 + y2 * (-1.0 / 3628800 + y2 * (1.0 / 479001600))))));
+    // sin(y + q pi/2), cos(y + q pi/2) for q mod 4 = 0, 1, 2, 3:
+    // (s, c), (c, -s), (-s, -c), (-c, s).
+    const double sv = (quadrant & 1u) ? c : s;
+    const double cv = (quadrant & 1u) ? s : c;
+    sin_out[i] = static_cast<float>((quadrant & 2u) ? -sv : sv);
+    cos_out[i] = static_cast<float>(((quadrant + 1u) & 2u) ? -cv : cv);
+  }
+}
+
+// The position of token t (t = b * seq + s; TND: the total's index).
+inline std::int64_t token_position(const detail::RopeJob& job, std::int64_t t) {
+  if (job.positions) return job.positions[t];
+  if (!job.cu_seqlens) return t % job.seq;
+  // The sequence holding t: the last start <= t.
+  std::int64_t lo = 0, hi = job.num_sequences;
+  while (hi - lo > 1) {
+    const std::int64_t mid = (lo + hi) / 2;
+    (job.cu_seqlens[mid] <= t ? lo : hi) = mid;
+  }
+  return t - job.cu_seqlens[lo];
+}
+
+// Token t's expanded rows: C[j] the cos of j's pair, S[j] its sin signed
+// so that out[j] = x[j] C[j] + x[partner(j)] S[j].
+inline void expand_token(const detail::RopeJob& job, std::int64_t t, float* c_row, float* s_row) {
+  const std::int64_t half = job.rotary_dim / 2;
+  const std::int64_t pos = token_position(job, t);
+  // The half rows first, in the second half of C and S (rotate-half reads
+  // them in place; interleaved spreads them over the whole row after).
+  float* ch = c_row + half;
+  float* sh = s_row + half;
+  if (job.cos_table) {
+    std::memcpy(ch, job.cos_table + pos * half, static_cast<std::size_t>(half) * sizeof(float));
+    std::memcpy(sh, job.sin_table + pos * half, static_cast<std::size_t>(half) * sizeof(float));
+  } else {
+    angles_cos_sin(static_cast<double>(pos), job.inv_freq, half, ch, sh);
+  }
+  if (job.mode == RopeMode::kRotateHalf) {
+    // (x[i], x[i + half]): out[i] = x[i] c - x[i + half] s, out[i + half] = x[i + half] c + x[i] s.
+    for (std::int64_t i = 0; i < half; ++i) {
+      c_row[i] = ch[i];
+      s_row[i] = -sh[i];
+    }
+  } else {
+    // (x[2i], x[2i + 1]): out[2i] = x[2i] c - x[2i + 1] s, out[2i + 1] = x[2i + 1] c + x[2i] s.
+    // Left to right: element i of the halves is read before 2i and 2i + 1
+    // (>= i, and >= half only where i's own entry lies there) are written.
+    for (std::int64_t i = 0; i < half; ++i) {
+      const float c = ch[i], s = sh[i];
+      c_row[2 * i] = c;
+      c_row[2 * i + 1] = c;
+      s_row[2 * i] = -s;
+      s_row[2 * i + 1] = s;
+    }
+  }
+}
+
+// Adjacent lanes swapped: (x0, x1, x2, x3, ...) -> (x1, x0, x3, x2, ...).
+inline typename Vec::T swap_pairs(typename Vec::T v) {
+#if defined(__AVX512F__)
+  return _mm512_permute_ps(v, 0xB1);
+#elif defined(__AVX2__)
+  return _mm256_permute_ps(v, 0xB1);
+#else
+  return _mm_shuffle_ps(v, v, 0xB1);
+#endif
+}
+
+// One head vector of head_dim elements: the rotary part turned, the rest
+// copied when out of place (in place it is already there).
+template <DType IT, DType OT>
+inline void rotate_vector(const detail::RopeJob& job, const void* in, void* out, bool in_place, const float* c_row,
+                          const float* s_row) {
+  constexpr int W = Vec::W;
+  const std::int64_t rd = job.rotary_dim, half = rd / 2;
+  auto scalar = [&](std::int64_t j, std::int64_t partner) {
+    return detail::load_as_f32(in, IT, j) * c_row[j] + detail::load_as_f32(in, IT, partner) * s_row[j];
+  };
+  if (job.mode == RopeMode::kRotateHalf) {
+    std::int64_t i = 0;
+    for (; i + W <= half; i += W) {
+      const typename Vec::T a = load_vec<IT>(in, i), b = load_vec<IT>(in, i + half);
+      const typename Vec::T oa = Vec::fmadd(b, Vec::load(s_row + i), Vec::mul(a, Vec::load(c_row + i)));
+      const typename Vec::T ob = Vec::fmadd(a, Vec::load(s_row + half + i), Vec::mul(b, Vec::load(c_row + half + i)));
+      store_vec<OT>(out, i, oa, false);
+      store_vec<OT>(out, i + half, ob, false);
+    }
+    for (; i < half; ++i) {
+      const float oa = scalar(i, i + half), ob = scalar(i + half, i);
+      detail::store_from_f32(out, OT, i, oa);
+      detail::store_from_f32(out, OT, i + half, ob);
+    }
+  } else {
+    std::int64_t j = 0;
+    for (; j + W <= rd; j += W) {
+      const typename Vec::T x = load_vec<IT>(in, j);
+      store_vec<OT>(out, j, Vec::fmadd(swap_pairs(x), Vec::load(s_row + j), Vec::mul(x, Vec::load(c_row + j))), false);
+    }
+    for (; j < rd; j += 2) {
+      const float o0 = scalar(j, j + 1), o1 = scalar(j + 1, j);
+      detail::store_from_f32(out, OT, j, o0);
+      detail::store_from_f32(out, OT, j + 1, o1);
+    }
+  }
+  if (in_place) return;
+  std::int64_t j = rd;
+  for (; j + W <= job.head_dim; j += W) store_vec<OT>(out, j, load_vec<IT>(in, j), false);
+  for (; j < job.head_dim; ++j) detail::store_from_f32(out, OT, j, detail::load_as_f32(in, IT, j));
+}
+
+// Heads [h0, h1) of one operand (local head numbers) for the chunk's tokens,
+// in the order of memory: token by token when a token's heads lie together
+// (BSH, BSND, TND), head by head when a head's tokens do (BNSD).
+template <DType IT, DType OT>
+inline void rotate_heads(const detail::RopeJob& job, const detail::RopeOperand& op, std::int64_t t0, std::int64_t t1,
+                         std::int64_t h0, std::int64_t h1, const float* c_rows, const float* s_rows) {
+  const std::int64_t is = IT == DType::kF32 ? 4 : 2, os = OT == DType::kF32 ? 4 : 2;
+  const bool in_place = op.out == op.in;
+  const char* in = static_cast<const char*>(op.in);
+  char* out = static_cast<char*>(op.out);
+  auto one = [&](std::int64_t t, std::int64_t in_token, std::int64_t out_token, std::int64_t h) {
+    const std::int64_t k = (t - t0) * job.rotary_dim;
+    rotate_vector<IT, OT>(job, in + (in_token + h * op.in_strides[1]) * is, out + (out_token + h * op.out_strides[1]) * os,
+                          in_place, c_rows + k, s_rows + k);
+  };
+  // Each token's offsets (batch and sequence index) once, not per head.
+  std::int64_t in_token[detail::kRopeMaxChunk], out_token[detail::kRopeMaxChunk];
+  for (std::int64_t t = t0; t < t1; ++t) {
+    const std::int64_t b = t / job.seq, s = t % job.seq;
+    in_token[t - t0] = b * op.in_strides[0] + s * op.in_strides[2];
+    out_token[t - t0] = b * op.out_strides[0] + s * op.out_strides[2];
+  }
+  if (op.in_strides[1] < op.in_strides[2]) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      for (std::int64_t h = h0; h < h1; ++h) one(t, in_token[t - t0], out_token[t - t0], h);
+    }
+  } else {
+    for (std::int64_t h = h0; h < h1; ++h) {
+      for (std::int64_t t = t0; t < t1; ++t) one(t, in_token[t - t0], out_token[t - t0], h);
+    }
+  }
+}
+
+template <DType IT>
+inline void rotate_heads_in(const detail::RopeJob& job, const detail::RopeOperand& op, std::int64_t t0, std::int64_t t1,
+                            std::int64_t h0, std::int64_t h1, const float* c_rows, const float* s_rows) {
+  switch (op.out_dtype) {
+    case DType::kF16: return rotate_heads<IT, DType::kF16>(job, op, t0, t1, h0, h1, c_rows, s_rows);
+    case DType::kBF16: return rotate_heads<IT, DType::kBF16>(job, op, t0, t1, h0, h1, c_rows, s_rows);
+    default: return rotate_heads<IT, DType::kF32>(job, op, t0, t1, h0, h1, c_rows, s_rows);
+  }
+}
+
+inline void rope_run(const detail::RopeJob& job, std::int64_t t0, std::int64_t t1, std::int64_t h0, std::int64_t h1,
+                     float* scratch) {
+  float* c_rows = scratch;
+  float* s_rows = scratch + (t1 - t0) * job.rotary_dim;
+  for (std::int64_t t = t0; t < t1; ++t) {
+    expand_token(job, t, c_rows + (t - t0) * job.rotary_dim, s_rows + (t - t0) * job.rotary_dim);
+  }
+  std::int64_t first = 0;  // the operand's first head in the global count
+  for (int k = 0; k < job.num_operands; ++k) {
+    const detail::RopeOperand& op = job.operands[k];
+    const std::int64_t a = h0 > first ? h0 - first : 0, b = h1 - first < op.heads ? h1 - first : op.heads;
+    if (a < b) {
+      switch (op.in_dtype) {
+        case DType::kF16: rotate_heads_in<DType::kF16>(job, op, t0, t1, a, b, c_rows, s_rows); break;
+        case DType::kBF16: rotate_heads_in<DType::kBF16>(job, op, t0, t1, a, b, c_rows, s_rows); break;
+        default: rotate_heads_in<DType::kF32>(job, op, t0, t1, a, b, c_rows, s_rows); break;
+      }
+    }
+    first += op.heads;
+  }
+}
+
+}  // namespace fa::FA_KERNEL_NS
