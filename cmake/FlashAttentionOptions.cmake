@@ -8,6 +8,7 @@ option(ENABLE_FLASH_ATTENTION "Build the FlashAttention operator" ON)
 # drivers' parser and reports, so they are built with ENABLE_FLASH_ATTENTION.
 option(ENABLE_LAYER_NORM "Build the LayerNorm / RMSNorm operators (layer_norm/)" ON)
 option(ENABLE_ROPE "Build the rotary position embedding operator (rope/)" ON)
+option(ENABLE_GLU "Build the gated linear units: SwiGLU, GeGLU, ReGLU (glu/)" ON)
 set(FLASH_ATTENTION_VERSION "2" CACHE STRING "FlashAttention version to build: 1, 2, 3 or all")
 set(FA_TILE_Q "auto" CACHE STRING "Default Q tile (rows): auto, or a power of two from 16 to 512")
 set(FA_TILE_KV "auto" CACHE STRING "Default K/V tile (rows): auto, or a power of two from 16 to 512")

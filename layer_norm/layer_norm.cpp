@@ -35,15 +35,6 @@ extern const NormKernelTable kNormKernels_generic;
 namespace fa {
 namespace {
 
-const char* dtype_text(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return "fp32";
-    case DType::kF16: return "fp16";
-    case DType::kBF16: return "bf16";
-    default: return "an 8-bit type";
-  }
-}
-
 bool path_built(Isa isa) {
   switch (isa) {
     case Isa::kGeneric: return true;
@@ -118,7 +109,7 @@ std::int64_t stride_of(const RowsView& v) { return v.row_stride == 0 ? v.hidden 
 Status check_rows(const char* name, const RowsView& v, const RowsView& x) {
   if (!v.data) return Status::Invalid(std::string(name) + ": data is null");
   if (!is_norm_dtype(v.dtype)) {
-    return Status::Invalid(std::string(name) + ": dtype must be fp32, fp16 or bf16 (got " + dtype_text(v.dtype) + ")");
+    return Status::Invalid(std::string(name) + ": dtype must be fp32, fp16 or bf16 (got " + detail::dtype_text(v.dtype) + ")");
   }
   if (v.rows != x.rows || v.hidden != x.hidden) {
     return Status::Invalid(std::string(name) + ": shape " + shape_text(v) + " differs from x's " + shape_text(x));
@@ -137,7 +128,7 @@ Status norm_isa(const NormParams& p, Isa* isa) { return detail::choose_elementwi
 Status validate_norm(const NormParams& p, const NormTensors& t) {
   const RowsView& x = t.x;
   if (!x.data) return Status::Invalid("x: data is null");
-  if (!is_norm_dtype(x.dtype)) return Status::Invalid(std::string("x: dtype must be fp32, fp16 or bf16 (got ") + dtype_text(x.dtype) + ")");
+  if (!is_norm_dtype(x.dtype)) return Status::Invalid(std::string("x: dtype must be fp32, fp16 or bf16 (got ") + detail::dtype_text(x.dtype) + ")");
   if (x.rows < 1 || x.hidden < 1) {
     return Status::Invalid("x: rows and hidden must be >= 1 (got " + shape_text(x) + ")");
   }
@@ -165,12 +156,12 @@ Status validate_norm(const NormParams& p, const NormTensors& t) {
   if (t.sum.data) {
     if (Status s = check_rows("sum", t.sum, x); !s.ok()) return s;
     if (t.sum.dtype != x.dtype) {
-      return Status::Invalid(std::string("sum: dtype must be x's, ") + dtype_text(x.dtype) + " (got " + dtype_text(t.sum.dtype) + ")");
+      return Status::Invalid(std::string("sum: dtype must be x's, ") + detail::dtype_text(x.dtype) + " (got " + detail::dtype_text(t.sum.dtype) + ")");
     }
   }
   if ((t.gamma || t.beta) && t.param_dtype != DType::kF32 && t.param_dtype != x.dtype) {
-    return Status::Invalid(std::string("param_dtype: gamma and beta must be fp32 or x's dtype, ") + dtype_text(x.dtype) +
-                           " (got " + dtype_text(t.param_dtype) + ")");
+    return Status::Invalid(std::string("param_dtype: gamma and beta must be fp32 or x's dtype, ") + detail::dtype_text(x.dtype) +
+                           " (got " + detail::dtype_text(t.param_dtype) + ")");
   }
   if (p.kind == NormKind::kRmsNorm && t.beta) return Status::Invalid("beta: RMSNorm takes no shift (pass null)");
   if (p.kind == NormKind::kRmsNorm && t.mean) return Status::Invalid("mean: RMSNorm has no mean output (pass null)");

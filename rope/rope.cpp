@@ -75,7 +75,7 @@ std::string shape_text(const TensorView& v) {
 
 // A view of a dtype RoPE takes, unit head_dim stride, non-negative strides.
 Status check_view(const std::string& name, const TensorView& v) {
-  if (!is_rope_dtype(v.dtype)) return Status::Invalid(name + ": dtype must be fp32, fp16 or bf16 (got " + std::string(dtype_name(v.dtype)) + ")");
+  if (!is_rope_dtype(v.dtype)) return Status::Invalid(name + ": dtype must be fp32, fp16 or bf16 (got " + detail::dtype_text(v.dtype) + ")");
   for (int i = 0; i < 4; ++i) {
     if (v.shape[i] < 1) return Status::Invalid(name + ": every dimension must be >= 1 (got shape " + shape_text(v) + ")");
     if (v.strides[i] < 0) return Status::Invalid(name + ": strides must be non-negative and addressable");

@@ -111,7 +111,7 @@ grep -E "FlashAttention Version|FA Tile Config|FA Target" "$LOG" | sed 's/^-- / 
 # not part of an install).
 targets=()
 for v in $VERSIONS; do targets+=(flash_attention_fa$v fa${v}_benchmark fa${v}_test); done
-for module in LAYER_NORM ROPE; do
+for module in LAYER_NORM ROPE GLU; do
   if grep -q "^ENABLE_${module}:BOOL=ON" "$BUILD_DIR/CMakeCache.txt"; then
     lib=$(echo "$module" | tr 'A-Z' 'a-z')
     targets+=("$lib" "${lib}_benchmark" "${lib}_test")

@@ -1,5 +1,5 @@
-// The kernel paths' names, header-only so the other operators' libraries
-// (which do not link an attention library) name them the same way.
+// The kernel paths' and dtypes' names, header-only so the other operators'
+// libraries (which do not link an attention library) name them the same way.
 #pragma once
 
 #include <optional>
@@ -27,6 +27,18 @@ inline std::optional<Isa> parse_isa_text(std::string_view name) {
     if (name == isa_text(isa)) return isa;
   }
   return std::nullopt;
+}
+
+inline constexpr const char* dtype_text(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "fp32";
+    case DType::kF16: return "fp16";
+    case DType::kBF16: return "bf16";
+    case DType::kFP8E4M3: return "fp8_e4m3";
+    case DType::kFP8E5M2: return "fp8_e5m2";
+    case DType::kI8: return "int8";
+  }
+  return "?";
 }
 
 }  // namespace fa::detail

@@ -11,6 +11,7 @@
 
 #include "flash_attention/flash_attention.h"
 #include "dropout.h"
+#include "isa_names.h"
 #include "thread_pool.h"
 #include "mask.h"
 #include "tensor_checks.h"
@@ -22,17 +23,7 @@ std::size_t dtype_size(DType dtype) {
   return dtype == DType::kF32 ? 4 : dtype == DType::kF16 || dtype == DType::kBF16 ? 2 : 1;
 }
 
-std::string_view dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return "fp32";
-    case DType::kF16: return "fp16";
-    case DType::kBF16: return "bf16";
-    case DType::kFP8E4M3: return "fp8_e4m3";
-    case DType::kFP8E5M2: return "fp8_e5m2";
-    case DType::kI8: return "int8";
-  }
-  return "?";
-}
+std::string_view dtype_name(DType dtype) { return detail::dtype_text(dtype); }
 
 std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "fp32" || name == "float32") return DType::kF32;

@@ -3,12 +3,12 @@
 // measured in the same run; --check compares with the float64 reference.
 // The flag style, output lines and --json follow fa2_benchmark's.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "driver/bandwidth_run.h"
 #include "driver/cli_args.h"
 #include "driver/host_tensor.h"
 #include "driver/report.h"
@@ -196,41 +196,15 @@ int run(int argc, char** argv) {
 
   const int threads = c.threads > 0 ? c.threads : fa::default_thread_count();
   const double moved = fa::cli::rope_bytes_moved(c);
-  const std::size_t probe_bytes = std::max<std::size_t>(static_cast<std::size_t>(moved), std::size_t{256} << 20);
-  const bool probe = !args.flag("no-probe");
-  const double copy_before = probe ? fa::measure_copy_bandwidth_gbps(threads, probe_bytes, 0.2) : 0.0;
-  for (int i = 0; i < warmup; ++i) {
-    if (fa::Status s = fa::rope_forward(params, b.tensors); !s.ok()) throw UsageError(s.message());
-  }
-  std::vector<double> ms;
-  for (int i = 0; i < runs; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const fa::Status s = fa::rope_forward(params, b.tensors);
-    const auto t1 = std::chrono::steady_clock::now();
-    if (!s.ok()) throw UsageError(s.message());
-    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-  }
-  const double copy_after = probe ? fa::measure_copy_bandwidth_gbps(threads, probe_bytes, 0.2) : 0.0;
-  std::sort(ms.begin(), ms.end());
-  const double median = fa::cli::median_of(ms);
-  const double gbps = moved / (median * 1e-3) / 1e9;
-  const double copy_peak = std::max(copy_before, copy_after);
+  const fa::cli::BandwidthRun timing = fa::cli::time_bandwidth(
+      [&] {
+        if (fa::Status s = fa::rope_forward(params, b.tensors); !s.ok()) throw UsageError(s.message());
+      },
+      warmup, runs, threads, moved, !args.flag("no-probe"));
 
   std::cout << "RoPE benchmark (rope)\n" << "Config: " << fa::cli::describe(c) << " base=" << c.params.base << "\n";
   std::cout << "Kernel: " << fa::isa_name(isa) << "  Threads: " << threads << "\n";
-  char line[512];
-  std::snprintf(line, sizeof line, "Latency: %.4f ms (min %.4f, max %.4f over %d runs)\n", median, ms.front(), ms.back(), runs);
-  std::cout << line;
-  if (probe) {
-    std::snprintf(line, sizeof line,
-                  "Bandwidth: %.2f GB/s (%.1f%% of the measured %.2f GB/s; streaming copy of %.0f MiB on %d threads, "
-                  "probes before/after: %.2f/%.2f)\n",
-                  gbps, 100.0 * gbps / copy_peak, copy_peak, static_cast<double>(probe_bytes) / (1 << 20), threads, copy_before,
-                  copy_after);
-  } else {
-    std::snprintf(line, sizeof line, "Bandwidth: %.2f GB/s\n", gbps);
-  }
-  std::cout << line;
+  fa::cli::print_bandwidth(timing);
   Json j;
   j["operator"] = "rope";
   j["mode"] = c.params.mode == fa::RopeMode::kRotateHalf ? "rotate-half" : "interleaved";
@@ -244,19 +218,9 @@ int run(int argc, char** argv) {
   j["dtype"] = std::string(fa::dtype_name(c.dtype));
   j["in_place"] = !c.out_dtype;
   j["kernel"] = std::string(fa::isa_name(isa));
-  j["threads"] = threads;
-  j["latency_ms"] = median;
-  j["latency_min_ms"] = ms.front();
-  j["latency_max_ms"] = ms.back();
-  j["bytes_moved"] = moved;
-  j["bandwidth_gbps"] = gbps;
-  if (probe) {
-    j["copy_bandwidth_gbps"] = copy_peak;
-    j["copy_bandwidth_before_gbps"] = copy_before;
-    j["copy_bandwidth_after_gbps"] = copy_after;
-    j["bandwidth_percent"] = 100.0 * gbps / copy_peak;
-  }
+  fa::cli::add_bandwidth_json(j, timing, moved);
   if (check) {
+    char line[512];
     std::snprintf(line, sizeof line, "Check: max_abs=%.2e rel_l2=%.2e worst=%.2f of its allowance, %lld past it, nonfinite=%lld: %s\n",
                   r.max_abs_error, r.rel_l2_error, r.worst_share, static_cast<long long>(r.mismatches),
                   static_cast<long long>(r.nonfinite), pass ? "PASS" : "FAIL");

@@ -39,15 +39,6 @@ const char* scaling_name(RopeScaling s) {
   }
 }
 
-// The half-ulp of `dtype` at magnitude m (the subnormal step below the
-// normal range).
-double half_ulp(DType dtype, double m) {
-  const int mantissa = dtype == DType::kF32 ? 23 : dtype == DType::kF16 ? 10 : 7;
-  const int min_exp = dtype == DType::kF16 ? -14 : -126;
-  const int e = m > 0 ? std::max(std::ilogb(m), min_exp) : min_exp;
-  return std::ldexp(0.5, e - mantissa);
-}
-
 }  // namespace
 
 double rope_bytes_moved(const RopeCase& c) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One bad-input case of a command-line tool, run as its own CTest.
 
-  bad_input_test.py BENCHMARK_BINARY CASE      (or --list fa1|fa2|fa3|layer_norm|rope)
+  bad_input_test.py BENCHMARK_BINARY CASE      (or --list fa1|fa2|fa3|layer_norm|rope|glu)
 
 Each case must exit with status 2, print one line on stderr naming the flag
 and what was expected, print nothing that looks like a result, and leave no
@@ -215,6 +215,17 @@ ROPE_CASES = {
     "rope_unknown_flag": (lambda d: ["--eps=1e-5"], "unknown flag --eps"),
 }
 
+# glu_benchmark: its own flags, the same rule.
+GLU_CASES = {
+    "glu_bad_op": (lambda d: ["--op=gelu"], "--op=gelu is not valid: expected swiglu, geglu, geglu-tanh or reglu"),
+    "glu_bad_split": (lambda d: ["--split=middle"], "--split=middle is not valid: expected gate-first or up-first"),
+    "glu_bad_dtype": (lambda d: ["--dtype=fp8_e5m2"], "--dtype=fp8_e5m2 is not valid: expected fp32, fp16 or bf16"),
+    "glu_bad_out_dtype": (lambda d: ["--out-dtype=int8"], "--out-dtype=int8 is not valid: expected fp32, fp16 or bf16"),
+    "glu_hidden_zero": (lambda d: ["--hidden=0"], "--hidden: 0 is out of range (expected an integer from 1"),
+    "glu_bad_isa": (lambda d: ["--isa=neon"], "--isa=neon is not valid"),
+    "glu_unknown_flag": (lambda d: ["--eps=1"], "unknown flag --eps"),
+}
+
 
 def version_of(binary):
     name = os.path.basename(binary)
@@ -228,6 +239,8 @@ def cases_for(version):
         return NORM_CASES
     if version == "rope":
         return ROPE_CASES
+    if version == "glu":
+        return GLU_CASES
     own = {"fa1": {**FA1_CASES, **FP8_REFUSED}, "fa2": FP8_REFUSED, "fa3": FA3_CASES}
     return {**CASES, **own.get(version, {})}
 
@@ -262,7 +275,7 @@ def run_case(binary, name):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--list":  # --list VERSION (fa1, fa2, fa3, layer_norm, rope)
+    if len(sys.argv) == 3 and sys.argv[1] == "--list":  # --list VERSION (fa1, fa2, fa3, layer_norm, rope, glu)
         print(";".join(cases_for(sys.argv[2])))
         return 0
     if len(sys.argv) != 3 or sys.argv[2] not in cases_for(version_of(sys.argv[1])):

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -157,6 +158,13 @@ std::size_t checked_product(std::initializer_list<std::int64_t> factors, const s
     total *= static_cast<std::size_t>(f);
   }
   return total;
+}
+
+double half_ulp(DType dtype, double m) {
+  const int mantissa = dtype == DType::kF32 ? 23 : dtype == DType::kF16 ? 10 : 7;
+  const int min_exp = dtype == DType::kF16 ? -14 : -126;
+  const int e = m > 0 ? std::max(std::ilogb(m), min_exp) : min_exp;
+  return std::ldexp(0.5, e - mantissa);
 }
 
 }  // namespace fa::cli

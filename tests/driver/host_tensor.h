@@ -68,4 +68,9 @@ void check_fits_in_memory(std::size_t bytes, const std::string& what);
 // Product with overflow detection; throws UsageError naming `what`.
 std::size_t checked_product(std::initializer_list<std::int64_t> factors, const std::string& what);
 
+// Half a unit in the last place of `dtype` (fp32, fp16 or bf16) at
+// magnitude m, the subnormal step below the normal range: the most a
+// correctly rounded result may be off by.
+double half_ulp(DType dtype, double m);
+
 }  // namespace fa::cli

@@ -160,6 +160,16 @@ struct TensorView {
 FA_API TensorView make_view(void* data, DType dtype, Layout layout, std::int64_t batch,
                      std::int64_t heads, std::int64_t seq, std::int64_t head_dim);
 
+// A matrix for the element-wise operators (the norms, the gated linear
+// units): `rows` rows of `hidden` elements of `dtype` (fp32, fp16 or bf16), each row
+// `row_stride` elements after the previous (0: hidden, packed).  The last
+// dimension is contiguous.
+struct RowsView {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  std::int64_t rows = 0, hidden = 0, row_stride = 0;
+};
+
 // ------------------------------------------------------------- profiling ---
 
 // Where one call's time went, work item by work item (AttentionParams::

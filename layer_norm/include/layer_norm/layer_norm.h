@@ -11,7 +11,8 @@
 #include <cstdint>
 #include <optional>
 
-// The shared types (Status, DType, Isa) are the attention API's, header-only.
+// The shared types (Status, DType, Isa, RowsView) are the attention API's,
+// header-only.
 #include "flash_attention/flash_attention.h"
 
 #if defined(__GNUC__)
@@ -21,15 +22,6 @@
 #endif
 
 namespace fa {
-
-// `rows` rows of `hidden` elements of `dtype` (fp32, fp16 or bf16), each row
-// `row_stride` elements after the previous (0: hidden, packed).  The last
-// dimension is contiguous.
-struct RowsView {
-  void* data = nullptr;
-  DType dtype = DType::kF32;
-  std::int64_t rows = 0, hidden = 0, row_stride = 0;
-};
 
 enum class NormKind { kLayerNorm, kRmsNorm };
 

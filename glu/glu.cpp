@@ -1,0 +1,176 @@
+// GLU's entry points: validation (one-line messages, never an abort), the
+// kernel path, the work items handed to the library's thread pool, and the
+// float64 reference.
+#include "glu/glu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "common/dtype_convert.h"
+#include "common/elementwise_paths.h"
+#include "common/thread_pool.h"
+#include "glu_job.h"
+
+namespace fa::detail {
+#if defined(GLU_BUILD_AVX512BF16)
+extern const GluKernelTable kGluKernels_avx512bf16;
+#endif
+#if defined(GLU_BUILD_AVX512)
+extern const GluKernelTable kGluKernels_avx512;
+#endif
+#if defined(GLU_BUILD_AVX2)
+extern const GluKernelTable kGluKernels_avx2;
+#endif
+extern const GluKernelTable kGluKernels_generic;
+}  // namespace fa::detail
+
+namespace fa {
+namespace {
+
+bool path_built(Isa isa) {
+  switch (isa) {
+    case Isa::kGeneric: return true;
+#if defined(GLU_BUILD_AVX2)
+    case Isa::kAvx2: return true;
+#endif
+#if defined(GLU_BUILD_AVX512)
+    case Isa::kAvx512: return true;
+#endif
+#if defined(GLU_BUILD_AVX512BF16)
+    case Isa::kAvx512Bf16: return true;
+#endif
+    default: return false;
+  }
+}
+
+const detail::GluKernelTable* table_of(Isa isa) {
+  switch (isa) {
+#if defined(GLU_BUILD_AVX512BF16)
+    case Isa::kAvx512Bf16: return &detail::kGluKernels_avx512bf16;
+#endif
+#if defined(GLU_BUILD_AVX512)
+    case Isa::kAvx512: return &detail::kGluKernels_avx512;
+#endif
+#if defined(GLU_BUILD_AVX2)
+    case Isa::kAvx2: return &detail::kGluKernels_avx2;
+#endif
+    default: return &detail::kGluKernels_generic;
+  }
+}
+
+bool is_glu_dtype(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+
+std::string shape_text(const RowsView& v) {
+  std::string s = "[";  // appended piece by piece: GCC 12 warns (-Wrestrict, falsely) on one chain of + here
+  return s.append(std::to_string(v.rows)).append(", ").append(std::to_string(v.hidden)).append("]");
+}
+
+std::int64_t stride_of(const RowsView& v) { return v.row_stride == 0 ? v.hidden : v.row_stride; }
+
+Status check_rows(const char* name, const RowsView& v) {
+  if (!v.data) return Status::Invalid(std::string(name) + ": data is null");
+  if (!is_glu_dtype(v.dtype)) {
+    return Status::Invalid(std::string(name) + ": dtype must be fp32, fp16 or bf16 (got " + detail::dtype_text(v.dtype) + ")");
+  }
+  if (v.rows < 1 || v.hidden < 1) return Status::Invalid(std::string(name) + ": rows and hidden must be >= 1 (got " + shape_text(v) + ")");
+  if (v.row_stride != 0 && v.row_stride < v.hidden) {
+    return Status::Invalid(std::string(name) + ": row_stride must be 0 (packed) or >= hidden " + std::to_string(v.hidden) + " (got " +
+                           std::to_string(v.row_stride) + ")");
+  }
+  return Status::Ok();
+}
+
+// The activation in double, from its definition, in the forms that keep
+// the negative tail: 1 + erf(x) = erfc(-x), and 0.5 (1 + tanh(u)) =
+// 1 / (1 + exp(-2u)) (as written, 1 + erf and 1 + tanh cancel to 0 in
+// double below g = -8, where the fp32 kernel still has the value).
+double activation(GluKind kind, double g) {
+  switch (kind) {
+    case GluKind::kSwiGlu: return g / (1.0 + std::exp(-g));
+    case GluKind::kGeGluErf: return 0.5 * g * std::erfc(-g / std::sqrt(2.0));
+    case GluKind::kGeGluTanh: return g / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+    case GluKind::kReGlu: return std::isnan(g) ? g : std::max(g, 0.0);
+  }
+  return g;
+}
+
+}  // namespace
+
+Status glu_isa(const GluParams& p, Isa* isa) { return detail::choose_elementwise_path(p.isa, path_built, isa); }
+
+Status validate_glu(const GluParams& p, const GluTensors& t) {
+  if (Status s = check_rows("x", t.x); !s.ok()) return s;
+  if (t.x.hidden % 2 != 0) {
+    return Status::Invalid("x: hidden must be even, 2d: the gate and up halves (got " + std::to_string(t.x.hidden) + ")");
+  }
+  if (Status s = check_rows("y", t.y); !s.ok()) return s;
+  if (t.y.rows != t.x.rows || t.y.hidden * 2 != t.x.hidden) {
+    return Status::Invalid("y: shape " + shape_text(t.y) + " must be [rows, d] = [" + std::to_string(t.x.rows) + ", " +
+                           std::to_string(t.x.hidden / 2) + "] for x " + shape_text(t.x));
+  }
+  if (p.threads < 0 || p.threads > kMaxThreads) {
+    return Status::Invalid("threads must be 0 (all cores) or a count from 1 to " + std::to_string(kMaxThreads) + " (got " +
+                           std::to_string(p.threads) + ")");
+  }
+  return Status::Ok();
+}
+
+Status glu_forward(const GluParams& p, const GluTensors& t) {
+  if (Status s = validate_glu(p, t); !s.ok()) return s;
+  Isa isa;
+  if (Status s = glu_isa(p, &isa); !s.ok()) return s;
+  const std::int64_t d = t.y.hidden;
+  const std::size_t xs = t.x.dtype == DType::kF32 ? 4 : 2;
+  detail::GluJob job;
+  job.kind = p.kind;
+  job.rows = t.x.rows;
+  job.width = d;
+  const char* x = static_cast<const char*>(t.x.data);
+  job.gate = p.split == GluSplit::kGateFirst ? x : x + static_cast<std::size_t>(d) * xs;
+  job.up = p.split == GluSplit::kGateFirst ? x + static_cast<std::size_t>(d) * xs : x;
+  job.x_dtype = t.x.dtype;
+  job.x_stride = stride_of(t.x);
+  job.y = t.y.data;
+  job.y_dtype = t.y.dtype;
+  job.y_stride = stride_of(t.y);
+  // Items of about 16K outputs: whole rows where rows are many, a row's
+  // column blocks (multiples of 64) where they are few (a decoding step's
+  // one row of 14336).
+  const int threads = p.threads > 0 ? p.threads : detail::worker_cpu_count();
+  const std::int64_t cols = job.rows >= 4 * threads ? d : std::min<std::int64_t>(d, std::max<std::int64_t>(64, (d / (4 * threads) + 63) / 64 * 64));
+  const std::int64_t col_blocks = (d + cols - 1) / cols;
+  const std::int64_t rows_per_item = std::max<std::int64_t>(1, (std::int64_t{16} << 10) / cols);
+  const std::int64_t row_blocks = (job.rows + rows_per_item - 1) / rows_per_item;
+  const std::int64_t items = row_blocks * col_blocks;
+  const int used = static_cast<int>(std::min<std::int64_t>(threads, items));
+  const detail::GluKernelTable* table = table_of(isa);
+  detail::ThreadPool::global().parallel_for(items, used, [&](std::int64_t item, int) {
+    const std::int64_t rb = item / col_blocks, cb = item % col_blocks;
+    const std::int64_t r0 = rb * rows_per_item, c0 = cb * cols;
+    table->run(job, r0, std::min(job.rows, r0 + rows_per_item), c0, std::min(d, c0 + cols));
+  });
+  return Status::Ok();
+}
+
+Status glu_reference(const GluParams& p, const GluTensors& t, double* y) {
+  GluTensors checked = t;
+  RowsView fake = t.x;  // y's view need not be given: only its shape is checked
+  fake.hidden = t.x.hidden / 2;
+  fake.row_stride = 0;
+  if (!checked.y.data) checked.y = fake;
+  if (Status s = validate_glu(p, checked); !s.ok()) return s;
+  if (!y) return Status::Invalid("y: the reference's output is null");
+  const std::int64_t d = t.x.hidden / 2, stride = stride_of(t.x);
+  for (std::int64_t r = 0; r < t.x.rows; ++r) {
+    for (std::int64_t c = 0; c < d; ++c) {
+      const std::int64_t first = r * stride + c, second = first + d;
+      const double a = detail::load_as_f32(t.x.data, t.x.dtype, first), b = detail::load_as_f32(t.x.data, t.x.dtype, second);
+      const double g = p.split == GluSplit::kGateFirst ? a : b, u = p.split == GluSplit::kGateFirst ? b : a;
+      y[r * d + c] = activation(p.kind, g) * u;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace fa

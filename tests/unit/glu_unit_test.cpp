@@ -1,0 +1,152 @@
+// The gated linear units: the reference against published values of each
+// activation, every kernel path against the reference over vector tails
+// and far tails, the split order bit for bit, NaN kept to its element, and
+// the one-line refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/dtype_convert.h"
+#include "glu_case.h"
+
+namespace {
+
+using fa::DType;
+using fa::GluKind;
+using fa::cli::GluCase;
+
+// act(g) through the reference, with the up half 1.
+double reference_activation(GluKind kind, float g) {
+  std::vector<float> x = {g, 1.0f};
+  fa::GluParams p;
+  p.kind = kind;
+  fa::GluTensors t;
+  t.x = {x.data(), DType::kF32, 1, 2, 0};
+  double y = 0;
+  EXPECT_TRUE(fa::glu_reference(p, t, &y).ok());
+  return y;
+}
+
+TEST(GluReference, MatchesPublishedValues) {
+  // SiLU(1) = 1 / (1 + e^-1); GELU(1) = Phi(1); the tanh form's GELU(1); ReLU.
+  EXPECT_NEAR(reference_activation(GluKind::kSwiGlu, 1.0f), 0.7310585786300049, 1e-15);
+  EXPECT_NEAR(reference_activation(GluKind::kGeGluErf, 1.0f), 0.8413447460685429, 1e-15);
+  EXPECT_NEAR(reference_activation(GluKind::kGeGluTanh, 1.0f), 0.8411919906082768, 1e-15);
+  EXPECT_NEAR(reference_activation(GluKind::kGeGluErf, -3.0f), -3.0 * 0.0013498980316301, 1e-15);
+  EXPECT_EQ(reference_activation(GluKind::kReGlu, -2.0f), 0.0);
+  EXPECT_EQ(reference_activation(GluKind::kReGlu, 2.5f), 2.5);
+  // The far negative tail keeps its value (no 1 + erf cancelling to 0).
+  EXPECT_NEAR(reference_activation(GluKind::kGeGluErf, -10.0f) / (-10.0 * 7.619853024160527e-24), 1.0, 1e-9);
+}
+
+class GluPaths : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, GluKind>> {
+ protected:
+  void SetUp() override {
+    fa::GluParams p;
+    p.isa = isa();
+    fa::Isa chosen;
+    if (!fa::glu_isa(p, &chosen).ok()) GTEST_SKIP() << fa::isa_name(isa()) << " not available";
+  }
+  fa::Isa isa() const { return std::get<0>(GetParam()); }
+  GluCase base(std::int64_t rows, std::int64_t width) const {
+    GluCase c;
+    c.isa = isa();
+    c.dtype = std::get<1>(GetParam());
+    c.params.kind = std::get<2>(GetParam());
+    c.rows = rows;
+    c.width = width;
+    return c;
+  }
+};
+
+// Widths 1 to 40 (every vector tail of every path) and inputs of scale 12,
+// far into both tails of every activation.
+TEST_P(GluPaths, TailsOfVectorsAndOfActivations) {
+  for (std::int64_t width = 1; width <= 40; ++width) {
+    GluCase c = base(3, width);
+    c.scale = width % 2 ? 12.0 : 3.0;
+    c.out_dtype = width % 3 == 0 ? DType::kF32 : std::get<1>(GetParam());
+    c.seed = 100 + static_cast<std::uint64_t>(width);
+    fa::cli::GluBuffers b = fa::cli::make_glu_buffers(c);
+    ASSERT_TRUE(fa::glu_forward(fa::cli::glu_params(c), b.tensors).ok());
+    const fa::cli::GluCheck r = fa::cli::check_glu(c, b);
+    EXPECT_TRUE(r.pass) << fa::cli::describe(c) << ": worst " << r.worst_share << ", " << r.mismatches << " past, nonfinite " << r.nonfinite;
+  }
+}
+
+TEST_P(GluPaths, UpFirstIsGateFirstWithHalvesSwapped) {
+  GluCase c = base(5, 70);
+  fa::cli::GluBuffers a = fa::cli::make_glu_buffers(c);
+  GluCase swapped = c;
+  swapped.params.split = fa::GluSplit::kUpFirst;
+  fa::cli::GluBuffers b = fa::cli::make_glu_buffers(swapped);
+  const std::size_t half = static_cast<std::size_t>(70) * fa::dtype_size(c.dtype);
+  for (std::int64_t r = 0; r < 5; ++r) {  // b's rows as [u, g] from a's [g, u]
+    char* dst = static_cast<char*>(b.x.data()) + r * 2 * half;
+    const char* src = static_cast<const char*>(a.x.data()) + r * 2 * half;
+    std::memcpy(dst, src + half, half);
+    std::memcpy(dst + half, src, half);
+  }
+  ASSERT_TRUE(fa::glu_forward(fa::cli::glu_params(c), a.tensors).ok());
+  ASSERT_TRUE(fa::glu_forward(fa::cli::glu_params(swapped), b.tensors).ok());
+  EXPECT_EQ(std::memcmp(a.y.data(), b.y.data(), static_cast<std::size_t>(5 * 70) * fa::dtype_size(c.dtype)), 0);
+}
+
+// A NaN in the gate or the up half spoils its own output only.
+TEST_P(GluPaths, NanStaysInItsElement) {
+  GluCase c = base(2, 40);
+  fa::cli::GluBuffers b = fa::cli::make_glu_buffers(c);
+  fa::detail::store_from_f32(b.x.data(), c.dtype, 3, std::numeric_limits<float>::quiet_NaN());        // gate of (0, 3)
+  fa::detail::store_from_f32(b.x.data(), c.dtype, 80 + 40 + 38, std::numeric_limits<float>::quiet_NaN());  // up of (1, 38)
+  ASSERT_TRUE(fa::glu_forward(fa::cli::glu_params(c), b.tensors).ok());
+  for (std::int64_t i = 0; i < 80; ++i) {
+    const float v = fa::detail::load_as_f32(b.y.data(), c.dtype, i);
+    if (i == 3 || i == 40 + 38) {
+      EXPECT_TRUE(std::isnan(v)) << i;
+    } else {
+      EXPECT_TRUE(std::isfinite(v)) << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, GluPaths,
+                         ::testing::Combine(::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAvx512Bf16),
+                                            ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+                                            ::testing::Values(GluKind::kSwiGlu, GluKind::kGeGluErf, GluKind::kGeGluTanh, GluKind::kReGlu)),
+                         [](const auto& info) {
+                           return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
+                                  std::string(fa::dtype_name(std::get<1>(info.param))) + "_" +
+                                  fa::cli::glu_kind_name(std::get<2>(info.param))[0] + std::to_string(static_cast<int>(std::get<2>(info.param)));
+                         });
+
+TEST(GluValidation, RefusesBadArgumentsWithOneLine) {
+  std::vector<float> x(2 * 8 * 3, 1.0f), y(8 * 3, 7.0f);
+  const std::vector<std::pair<std::string, std::function<void(fa::GluParams&, fa::GluTensors&)>>> cases = {
+      {"x: hidden must be even", [](fa::GluParams&, fa::GluTensors& t) { t.x.hidden = 15; }},
+      {"y: shape", [](fa::GluParams&, fa::GluTensors& t) { t.y.hidden = 7; }},
+      {"y: shape", [](fa::GluParams&, fa::GluTensors& t) { t.y.rows = 2; }},
+      {"x: data is null", [](fa::GluParams&, fa::GluTensors& t) { t.x.data = nullptr; }},
+      {"y: dtype", [](fa::GluParams&, fa::GluTensors& t) { t.y.dtype = DType::kFP8E4M3; }},
+      {"x: row_stride", [](fa::GluParams&, fa::GluTensors& t) { t.x.row_stride = 4; }},
+      {"threads", [](fa::GluParams& p, fa::GluTensors&) { p.threads = -2; }},
+  };
+  for (const auto& [name, spoil] : cases) {
+    fa::GluParams p;
+    fa::GluTensors t;
+    t.x = {x.data(), DType::kF32, 3, 16, 0};
+    t.y = {y.data(), DType::kF32, 3, 8, 0};
+    spoil(p, t);
+    const fa::Status s = fa::glu_forward(p, t);
+    EXPECT_FALSE(s.ok()) << name;
+    EXPECT_NE(s.message().find(name), std::string::npos) << name << ": " << s.message();
+    EXPECT_EQ(s.message().find('\n'), std::string::npos);
+  }
+  for (float v : y) EXPECT_EQ(v, 7.0f);  // nothing written
+}
+
+}  // namespace
