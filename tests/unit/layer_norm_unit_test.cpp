@@ -186,7 +186,7 @@ TEST(NormValidation, RefusesWithOneLine) {
       {"x: rows and hidden must be >= 1 (got [0, 4])", [](auto&, auto& t) { t.x.rows = 0; }},
       {"y: shape [3, 5] differs from x's [3, 4]", [](auto&, auto& t) { t.y.hidden = 5; }},
       {"x: row_stride must be 0 (packed) or >= hidden 4 (got 3)", [](auto&, auto& t) { t.x.row_stride = 3; }},
-      {"y: dtype must be fp32, fp16 or bf16 (got an 8-bit type)", [](auto&, auto& t) { t.y.dtype = DType::kI8; }},
+      {"y: dtype must be fp32, fp16 or bf16 (got int8)", [](auto&, auto& t) { t.y.dtype = DType::kI8; }},
       {"eps must be a finite number > 0 (got 0.000000)", [](auto& p, auto&) { p.eps = 0.0f; }},
       {"eps must be a finite number > 0 (got -1.000000)", [](auto& p, auto&) { p.eps = -1.0f; }},
       {"sum: given without a residual", [&](auto&, auto& t) { t.sum = {res.data(), DType::kF32, 3, 4, 0}; }},
