@@ -10,6 +10,7 @@
 
 #include "driver/bandwidth_run.h"
 #include "driver/cli_args.h"
+#include "driver/elementwise_options.h"
 #include "driver/host_tensor.h"
 #include "driver/report.h"
 #include "glu_case.h"
@@ -44,14 +45,6 @@ std::vector<fa::cli::FlagSpec> flags() {
   };
 }
 
-fa::DType parse_glu_dtype(const std::string& text, const char* flag) {
-  const std::optional<fa::DType> d = fa::parse_dtype(text);
-  if (!d || (*d != fa::DType::kF32 && *d != fa::DType::kF16 && *d != fa::DType::kBF16)) {
-    throw UsageError(std::string("--") + flag + "=" + text + " is not valid: expected fp32, fp16 or bf16");
-  }
-  return *d;
-}
-
 int run(int argc, char** argv) {
   Args args("glu_benchmark", flags());
   args.parse(argc, argv);
@@ -72,8 +65,8 @@ int run(int argc, char** argv) {
   }
   c.rows = args.integer("rows", 1024, 1, std::int64_t{1} << 31);
   c.width = args.integer("hidden", 14336, 1, std::int64_t{1} << 30);
-  c.dtype = parse_glu_dtype(args.str("dtype", "bf16"), "dtype");
-  if (args.has("out-dtype")) c.out_dtype = parse_glu_dtype(args.str("out-dtype"), "out-dtype");
+  c.dtype = fa::cli::parse_elementwise_dtype(args.str("dtype", "bf16"), "dtype");
+  if (args.has("out-dtype")) c.out_dtype = fa::cli::parse_elementwise_dtype(args.str("out-dtype"), "out-dtype");
   c.threads = static_cast<int>(args.integer("threads", 0, 0, fa::kMaxThreads));
   if (args.has("isa")) {
     const std::optional<fa::Isa> isa = fa::parse_isa(args.str("isa"));

@@ -12,6 +12,7 @@
 
 #include "driver/bandwidth_run.h"
 #include "driver/cli_args.h"
+#include "driver/elementwise_options.h"
 #include "driver/host_tensor.h"
 #include "driver/report.h"
 #include "norm_case.h"
@@ -50,14 +51,6 @@ std::vector<fa::cli::FlagSpec> flags() {
   };
 }
 
-fa::DType parse_norm_dtype(const std::string& text, const char* flag) {
-  const std::optional<fa::DType> d = fa::parse_dtype(text);
-  if (!d || (*d != fa::DType::kF32 && *d != fa::DType::kF16 && *d != fa::DType::kBF16)) {
-    throw UsageError(std::string("--") + flag + "=" + text + " is not valid: expected fp32, fp16 or bf16");
-  }
-  return *d;
-}
-
 int run(int argc, char** argv) {
   Args args("layer_norm_benchmark", flags());
   args.parse(argc, argv);
@@ -76,8 +69,8 @@ int run(int argc, char** argv) {
   }
   c.rows = args.integer("rows", 4096, 1, std::int64_t{1} << 31);
   c.hidden = args.integer("hidden", 4096, 1, std::int64_t{1} << 24);
-  c.dtype = parse_norm_dtype(args.str("dtype", "bf16"), "dtype");
-  c.param_dtype = parse_norm_dtype(args.str("param-dtype", "fp32"), "param-dtype");
+  c.dtype = fa::cli::parse_elementwise_dtype(args.str("dtype", "bf16"), "dtype");
+  c.param_dtype = fa::cli::parse_elementwise_dtype(args.str("param-dtype", "fp32"), "param-dtype");
   if (c.param_dtype != fa::DType::kF32 && c.param_dtype != c.dtype) {
     throw UsageError("--param-dtype=" + args.str("param-dtype") + " is not valid: expected fp32 or --dtype's " +
                      std::string(fa::dtype_name(c.dtype)));

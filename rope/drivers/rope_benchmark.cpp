@@ -10,6 +10,7 @@
 
 #include "driver/bandwidth_run.h"
 #include "driver/cli_args.h"
+#include "driver/elementwise_options.h"
 #include "driver/host_tensor.h"
 #include "driver/report.h"
 #include "rope_case.h"
@@ -57,14 +58,6 @@ std::vector<fa::cli::FlagSpec> flags() {
   };
 }
 
-fa::DType parse_rope_dtype(const std::string& text, const char* flag) {
-  const std::optional<fa::DType> d = fa::parse_dtype(text);
-  if (!d || (*d != fa::DType::kF32 && *d != fa::DType::kF16 && *d != fa::DType::kBF16)) {
-    throw UsageError(std::string("--") + flag + "=" + text + " is not valid: expected fp32, fp16 or bf16");
-  }
-  return *d;
-}
-
 double positive(const Args& args, const char* flag, double fallback, double min_value, const char* expected) {
   const double v = args.real(flag, fallback);
   if (!(v >= min_value) || v > 1e30 || (min_value == 0.0 && v == 0.0)) {
@@ -102,8 +95,8 @@ fa::cli::RopeCase read_case(const Args& args) {
   if (c.head_dim % 2 != 0) throw UsageError("--head-dim=" + args.str("head-dim") + " is not valid: expected an even number");
   c.params.rotary_dim = args.integer("rotary-dim", c.head_dim, 2, c.head_dim);
   if (c.params.rotary_dim % 2 != 0) throw UsageError("--rotary-dim=" + args.str("rotary-dim") + " is not valid: expected an even number");
-  c.dtype = parse_rope_dtype(args.str("dtype", "bf16"), "dtype");
-  if (args.has("out-dtype")) c.out_dtype = parse_rope_dtype(args.str("out-dtype"), "out-dtype");
+  c.dtype = fa::cli::parse_elementwise_dtype(args.str("dtype", "bf16"), "dtype");
+  if (args.has("out-dtype")) c.out_dtype = fa::cli::parse_elementwise_dtype(args.str("out-dtype"), "out-dtype");
   const std::string mode = args.str("mode", "rotate-half");
   if (mode == "rotate-half") {
     c.params.mode = fa::RopeMode::kRotateHalf;

@@ -9,48 +9,24 @@
 #include <vector>
 
 #include "driver/cli_args.h"
+#include "driver/elementwise_options.h"
 #include "rope_case.h"
 
 namespace {
 
-using fa::cli::Args;
-using fa::cli::FlagKind;
-using fa::cli::UsageError;
-
 int run(int argc, char** argv) {
-  Args args("rope_test", {{"quick", FlagKind::kBool, "", "run a subset"},
-                          {"dtype", FlagKind::kString, "fp32|fp16|bf16", "only cases of this dtype"},
-                          {"isa", FlagKind::kString, "generic|avx2|avx512|avx512bf16", "only this kernel path (default: every path this CPU runs)"},
-                          {"seed", FlagKind::kInt, "N", "seed of the random inputs (default 1)"},
-                          {"help", FlagKind::kBool, "", "print this help"}});
-  args.parse(argc, argv);
-  if (args.flag("help")) {
-    std::cout << "RoPE correctness tests against the float64 reference\n" << args.help_text();
-    return 0;
-  }
-  std::vector<fa::DType> dtypes = {fa::DType::kF32, fa::DType::kF16, fa::DType::kBF16};
-  if (args.has("dtype")) {
-    const std::optional<fa::DType> d = fa::parse_dtype(args.str("dtype"));
-    if (!d || (*d != fa::DType::kF32 && *d != fa::DType::kF16 && *d != fa::DType::kBF16)) {
-      throw UsageError("--dtype=" + args.str("dtype") + " is not valid: expected fp32, fp16 or bf16");
-    }
-    dtypes = {*d};
-  }
-  std::vector<fa::Isa> isas;
-  if (args.has("isa")) {
-    const std::optional<fa::Isa> isa = fa::parse_isa(args.str("isa"));
-    if (!isa) throw UsageError("--isa=" + args.str("isa") + " is not valid: expected generic, avx2, avx512 or avx512bf16");
-    isas = {*isa};
-  } else {
-    for (fa::Isa isa : {fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAvx512Bf16}) {
-      fa::RopeParams p;
-      p.isa = isa;
-      fa::Isa chosen;
-      if (fa::rope_isa(p, &chosen).ok()) isas.push_back(isa);
-    }
-  }
-  const std::uint64_t seed = static_cast<std::uint64_t>(args.integer("seed", 1, 0, std::int64_t{1} << 62));
-  const bool quick = args.flag("quick");
+  const fa::cli::ElementwiseTestOptions o = fa::cli::read_elementwise_test_options(
+      "rope_test", "RoPE correctness tests against the float64 reference", argc, argv, [](fa::Isa isa) {
+        fa::RopeParams p;
+        p.isa = isa;
+        fa::Isa chosen;
+        return fa::rope_isa(p, &chosen).ok();
+      });
+  if (o.help) return 0;
+  const std::vector<fa::DType>& dtypes = o.dtypes;
+  const std::vector<fa::Isa>& isas = o.isas;
+  const std::uint64_t seed = o.seed;
+  const bool quick = o.quick;
   // The variants, each on a shape of its own: together they cover every
   // option at least once per path, dtype and mode.
   struct Variant {

@@ -1,0 +1,46 @@
+#include "elementwise_options.h"
+
+#include <iostream>
+#include <optional>
+
+namespace fa::cli {
+
+DType parse_elementwise_dtype(const std::string& text, const char* flag) {
+  const std::optional<DType> d = parse_dtype(text);
+  if (!d || (*d != DType::kF32 && *d != DType::kF16 && *d != DType::kBF16)) {
+    throw UsageError(std::string("--") + flag + "=" + text + " is not valid: expected fp32, fp16 or bf16");
+  }
+  return *d;
+}
+
+ElementwiseTestOptions read_elementwise_test_options(const char* program, const char* title, int argc, char** argv,
+                                                     const std::function<bool(Isa)>& runs) {
+  Args args(program, {{"quick", FlagKind::kBool, "", "run a subset"},
+                      {"dtype", FlagKind::kString, "fp32|fp16|bf16", "only cases of this (input) dtype"},
+                      {"isa", FlagKind::kString, "generic|avx2|avx512|avx512bf16", "only this kernel path (default: every path this CPU runs)"},
+                      {"seed", FlagKind::kInt, "N", "seed of the random inputs (default 1)"},
+                      {"help", FlagKind::kBool, "", "print this help"}});
+  args.parse(argc, argv);
+  ElementwiseTestOptions o;
+  if (args.flag("help")) {
+    std::cout << title << "\n" << args.help_text();
+    o.help = true;
+    return o;
+  }
+  o.quick = args.flag("quick");
+  o.seed = static_cast<std::uint64_t>(args.integer("seed", 1, 0, std::int64_t{1} << 62));
+  o.dtypes = {DType::kF32, DType::kF16, DType::kBF16};
+  if (args.has("dtype")) o.dtypes = {parse_elementwise_dtype(args.str("dtype"), "dtype")};
+  if (args.has("isa")) {
+    const std::optional<Isa> isa = parse_isa(args.str("isa"));
+    if (!isa) throw UsageError("--isa=" + args.str("isa") + " is not valid: expected generic, avx2, avx512 or avx512bf16");
+    o.isas = {*isa};
+  } else {
+    for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+      if (runs(isa)) o.isas.push_back(isa);
+    }
+  }
+  return o;
+}
+
+}  // namespace fa::cli
