@@ -50,6 +50,10 @@ fa_ensure_build_deps() {
   fa_header_present yaml-cpp/yaml.h || need+=(libyaml-cpp-dev)
   [ ${#need[@]} -eq 0 ] || fa_apt_install "${need[@]}" || return 1
   fa_cmake_recent_enough || { fa_log "cmake >= 3.20 is required (found: $(cmake --version | head -n1))"; return 1; }
+  # oneDNN's matmul for the decoder-layer example's projections.  Not fatal:
+  # without it the example is skipped (configure says so).
+  fa_header_present oneapi/dnnl/dnnl.hpp || fa_apt_install libdnnl-dev ||
+    fa_log "no oneDNN (libdnnl-dev): examples/decoder_layer will be skipped"
 }
 
 # GoogleTest headers and CMake package.
