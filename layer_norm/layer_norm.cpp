@@ -168,6 +168,30 @@ Status validate_norm(const NormParams& p, const NormTensors& t) {
   return Status::Ok();
 }
 
+namespace {
+
+// The job's rows on the library's pool: items of whole rows, about 64 KiB
+// of x each (at least one row), so the pool's counter hands out enough of
+// them to balance; each thread's scratch a row of fp32.
+Status run_rows(const detail::NormJob& job, int threads_asked,
+                void (*kernel)(const detail::NormJob&, std::int64_t, std::int64_t, float*)) {
+  const std::int64_t n = job.hidden;
+  const int threads = threads_asked > 0 ? threads_asked : detail::worker_cpu_count();
+  const std::int64_t row_bytes = n * static_cast<std::int64_t>(detail::norm_elem_bytes(job.x_dtype));
+  const std::int64_t rows_per_item = std::max<std::int64_t>(1, (64 << 10) / std::max<std::int64_t>(row_bytes, 1));
+  const std::int64_t items = (job.rows + rows_per_item - 1) / rows_per_item;
+  const int used = static_cast<int>(std::min<std::int64_t>(threads, items));
+  std::unique_ptr<float[]> scratch(new (std::nothrow) float[static_cast<std::size_t>(used) * n]);
+  if (!scratch) return Status::OutOfMemory("norm: could not allocate " + std::to_string(used * n * 4) + " bytes of scratch");
+  detail::ThreadPool::global().parallel_for(items, used, [&](std::int64_t item, int worker) {
+    const std::int64_t r0 = item * rows_per_item, r1 = std::min(job.rows, r0 + rows_per_item);
+    kernel(job, r0, r1, scratch.get() + static_cast<std::size_t>(worker) * n);
+  });
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status norm_forward(const NormParams& p, const NormTensors& t) {
   if (Status s = validate_norm(p, t); !s.ok()) return s;
   Isa isa;
@@ -205,21 +229,30 @@ Status norm_forward(const NormParams& p, const NormTensors& t) {
                            static_cast<double>(detail::norm_elem_bytes(t.x.dtype) + detail::norm_elem_bytes(t.y.dtype));
   job.stream = p.stream_output ? *p.stream_output : footprint > static_cast<double>(last_level_cache_bytes());
 
-  const int threads = p.threads > 0 ? p.threads : detail::worker_cpu_count();
-  // Items of whole rows, about 64 KiB of x each (at least one row), so the
-  // pool's counter hands out enough of them to balance.
-  const std::int64_t row_bytes = n * static_cast<std::int64_t>(detail::norm_elem_bytes(t.x.dtype));
-  const std::int64_t rows_per_item = std::max<std::int64_t>(1, (64 << 10) / std::max<std::int64_t>(row_bytes, 1));
-  const std::int64_t items = (job.rows + rows_per_item - 1) / rows_per_item;
-  const int used = static_cast<int>(std::min<std::int64_t>(threads, items));
-  std::unique_ptr<float[]> scratch(new (std::nothrow) float[static_cast<std::size_t>(used) * n]);
-  if (!scratch) return Status::OutOfMemory("norm: could not allocate " + std::to_string(used * n * 4) + " bytes of scratch");
-  const detail::NormKernelTable* table = table_of(isa);
-  detail::ThreadPool::global().parallel_for(items, used, [&](std::int64_t item, int worker) {
-    const std::int64_t r0 = item * rows_per_item, r1 = std::min(job.rows, r0 + rows_per_item);
-    table->run_rows(job, r0, r1, scratch.get() + static_cast<std::size_t>(worker) * n);
-  });
-  return Status::Ok();
+  return run_rows(job, p.threads, table_of(isa)->run_rows);
+}
+
+Status residual_add(const NormParams& p, const NormTensors& t) {
+  if (!t.residual.data || !t.sum.data) return Status::Invalid("residual and sum: the add needs both (sum = x + residual)");
+  NormTensors checked = t;  // y is not written: checked as the sum
+  checked.y = t.sum;
+  checked.gamma = checked.beta = nullptr;
+  checked.mean = checked.rstd = nullptr;
+  if (Status s = validate_norm(p, checked); !s.ok()) return s;
+  Isa isa;
+  if (Status s = norm_isa(p, &isa); !s.ok()) return s;
+  detail::NormJob job;
+  job.rows = t.x.rows;
+  job.hidden = t.x.hidden;
+  job.x = t.x.data;
+  job.x_dtype = t.x.dtype;
+  job.x_stride = stride_of(t.x);
+  job.residual = t.residual.data;
+  job.residual_dtype = t.residual.dtype;
+  job.residual_stride = stride_of(t.residual);
+  job.sum = t.sum.data;
+  job.sum_stride = stride_of(t.sum);
+  return run_rows(job, p.threads, table_of(isa)->add_rows);
 }
 
 Status norm_reference(const NormParams& p, const NormTensors& t, double* y, double* mean, double* rstd) {

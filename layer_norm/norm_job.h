@@ -37,10 +37,12 @@ struct NormJob {
 // Bytes of an fp32, fp16 or bf16 element.
 inline std::size_t norm_elem_bytes(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 
-// One path's kernel: rows [r0, r1) of the job, `row` a scratch of `hidden`
-// floats (the row widened to fp32, normalized in place).
+// One path's kernels, rows [r0, r1) of the job: the norm (`row` a scratch
+// of `hidden` floats, the row widened to fp32 and normalized in place), and
+// the residual add alone (sum = x + residual; `row` unused).
 struct NormKernelTable {
   void (*run_rows)(const NormJob& job, std::int64_t r0, std::int64_t r1, float* row);
+  void (*add_rows)(const NormJob& job, std::int64_t r0, std::int64_t r1, float* row);
 };
 
 }  // namespace fa::detail

@@ -227,4 +227,31 @@ inline void norm_rows(const detail::NormJob& job, std::int64_t r0, std::int64_t 
   }
 }
 
+// The residual add alone (residual_add, the unfused calls' first): sum =
+// x + residual rounded to x's dtype, the bits the fused call stores.
+template <DType XT>
+inline void add_rows_of(const detail::NormJob& job, std::int64_t r0, std::int64_t r1) {
+  constexpr int W = Vec::W;
+  const std::int64_t n = job.hidden, nv = n / W * W;
+  const std::size_t xs = detail::norm_elem_bytes(XT), rs = detail::norm_elem_bytes(job.residual_dtype);
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const void* x = static_cast<const char*>(job.x) + r * job.x_stride * xs;
+    const void* res = static_cast<const char*>(job.residual) + r * job.residual_stride * rs;
+    void* sum = static_cast<char*>(job.sum) + r * job.sum_stride * xs;
+    for (std::int64_t i = 0; i < nv; i += W) {
+      store_vec<XT>(sum, i, Vec::add(load_vec<XT>(x, i), load_vec(res, job.residual_dtype, i)), false);
+    }
+    for (std::int64_t i = nv; i < n; ++i) {
+      detail::store_from_f32(sum, XT, i, detail::load_as_f32(x, XT, i) + detail::load_as_f32(res, job.residual_dtype, i));
+    }
+  }
+}
+inline void add_rows(const detail::NormJob& job, std::int64_t r0, std::int64_t r1, float*) {
+  switch (job.x_dtype) {
+    case DType::kF16: return add_rows_of<DType::kF16>(job, r0, r1);
+    case DType::kBF16: return add_rows_of<DType::kBF16>(job, r0, r1);
+    default: return add_rows_of<DType::kF32>(job, r0, r1);
+  }
+}
+
 }  // namespace fa::FA_KERNEL_NS

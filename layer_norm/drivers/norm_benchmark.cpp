@@ -34,6 +34,7 @@ std::vector<fa::cli::FlagSpec> flags() {
       {"param-dtype", K::kString, "fp32|DTYPE", "dtype of gamma and beta: fp32 or --dtype (default fp32)"},
       {"eps", K::kFloat, "X", "added under the square root, > 0 (default 1e-5 layernorm, 1e-6 rmsnorm)"},
       {"residual", K::kBool, "", "fused: normalize x + residual and write the sum (the pre-norm block)"},
+      {"compare-unfused", K::kBool, "", "with --residual: also time the two separate calls (residual_add, then the norm of the sum) and print the fused call's speedup"},
       {"no-gamma", K::kBool, "", "no scale"},
       {"no-beta", K::kBool, "", "no shift (layernorm; rmsnorm has none)"},
       {"stream", K::kString, "auto|on|off", "y through non-temporal stores (default auto: when x and y exceed the last-level cache)"},
@@ -81,6 +82,8 @@ int run(int argc, char** argv) {
     c.eps = static_cast<float>(eps);
   }
   c.residual = args.flag("residual");
+  const bool compare_unfused = args.flag("compare-unfused");
+  if (compare_unfused && !c.residual) throw UsageError("--compare-unfused is not valid without --residual: there is nothing to unfuse");
   c.gamma = !args.flag("no-gamma");
   c.beta = !args.flag("no-beta");
   if (c.kind == fa::NormKind::kRmsNorm && args.flag("no-beta")) {
@@ -123,6 +126,22 @@ int run(int argc, char** argv) {
       },
       warmup, runs, threads, moved, !args.flag("no-probe"));
 
+  // The same work as two calls: the add, then the norm of the sum (x read
+  // and the sum written by the first, the sum read again by the second).
+  fa::cli::BandwidthRun unfused;
+  if (compare_unfused) {
+    fa::NormTensors norm_only = b.tensors;
+    norm_only.x = b.tensors.sum;
+    norm_only.residual = {};
+    norm_only.sum = {};
+    unfused = fa::cli::time_bandwidth(
+        [&] {
+          if (fa::Status s = fa::residual_add(params, b.tensors); !s.ok()) throw UsageError(s.message());
+          if (fa::Status s = fa::norm_forward(params, norm_only); !s.ok()) throw UsageError(s.message());
+        },
+        warmup, runs, threads, static_cast<double>(bytes_x) * 5.0, false);
+  }
+
   const char* title = c.kind == fa::NormKind::kLayerNorm ? "LayerNorm" : "RMSNorm";
   std::cout << title << " benchmark (layer_norm)\n";
   std::cout << "Config: op=" << op << " rows=" << c.rows << " hidden=" << c.hidden << " dtype=" << fa::dtype_name(c.dtype)
@@ -141,6 +160,12 @@ int run(int argc, char** argv) {
   j["residual"] = c.residual;
   j["kernel"] = std::string(fa::isa_name(isa));
   fa::cli::add_bandwidth_json(j, timing, moved);
+  if (compare_unfused) {
+    std::printf("Unfused: %.4f ms (residual_add then the norm: %.2f GB/s); the fused call is %.2fx faster\n", unfused.median_ms,
+                unfused.gbps, unfused.median_ms / timing.median_ms);
+    j["unfused_latency_ms"] = unfused.median_ms;
+    j["fused_speedup"] = unfused.median_ms / timing.median_ms;
+  }
   if (args.flag("check")) {
     char line[512];
     const fa::cli::NormCheck r = fa::cli::check_norm(c, b);

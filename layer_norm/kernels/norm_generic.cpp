@@ -7,6 +7,6 @@
 namespace fa::detail {
 
 extern const NormKernelTable kNormKernels_generic;
-const NormKernelTable kNormKernels_generic = {&FA_KERNEL_NS::norm_rows};
+const NormKernelTable kNormKernels_generic = {&FA_KERNEL_NS::norm_rows, &FA_KERNEL_NS::add_rows};
 
 }  // namespace fa::detail

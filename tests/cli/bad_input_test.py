@@ -187,6 +187,8 @@ NORM_CASES = {
     "norm_unknown_flag": (lambda d: ["--tile-q=64"], "unknown flag --tile-q"),
     "norm_bad_isa": (lambda d: ["--isa=sse9"], "--isa=sse9 is not valid"),
     "norm_bad_stream": (lambda d: ["--stream=maybe"], "--stream=maybe is not valid: expected auto, on or off"),
+    "norm_unfused_without_residual": (lambda d: ["--compare-unfused"],
+                                      "--compare-unfused is not valid without --residual"),
 }
 
 # rope_benchmark: its own flags, the same rule.

@@ -156,6 +156,26 @@ TEST_P(NormPaths, NanRowsStridesInPlaceAndThreads) {
   }
 }
 
+// The unfused calls' add writes the fused call's sum, bit for bit, and
+// refuses without a sum to write.
+TEST_P(NormPaths, ResidualAddWritesTheFusedSum) {
+  for (auto [rows, hidden] : {std::pair<std::int64_t, std::int64_t>{3, 37}, {5, 4099}}) {
+    NormCase c = base(rows, hidden);
+    c.residual = true;
+    fa::cli::NormBuffers b = fa::cli::make_norm_buffers(c);
+    ASSERT_TRUE(fa::norm_forward(fa::cli::norm_params(c), b.tensors).ok());
+    const std::vector<char> fused(static_cast<const char*>(b.sum.data()), static_cast<const char*>(b.sum.data()) + b.sum.bytes());
+    std::memset(b.sum.data(), 0x55, b.sum.bytes());
+    ASSERT_TRUE(fa::residual_add(fa::cli::norm_params(c), b.tensors).ok());
+    EXPECT_EQ(std::memcmp(fused.data(), b.sum.data(), fused.size()), 0) << fa::cli::describe(c);
+    fa::NormTensors no_sum = b.tensors;
+    no_sum.sum = {};
+    const fa::Status s = fa::residual_add(fa::cli::norm_params(c), no_sum);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("residual and sum"), std::string::npos) << s.message();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllPaths, NormPaths,
                          ::testing::Combine(::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAvx512Bf16),
                                             ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),

@@ -62,6 +62,12 @@ LN_API Status validate_norm(const NormParams& params, const NormTensors& tensors
 // The operator (LayerNorm or RMSNorm by params.kind).
 LN_API Status norm_forward(const NormParams& params, const NormTensors& tensors);
 
+// The residual add alone: sum = x + residual, rounded to x's dtype (the
+// bits norm_forward's fused call writes to `sum`); y, gamma, beta, mean
+// and rstd unused.  The first of the two separate calls the fused one
+// replaces (layer_norm_benchmark --compare-unfused times both).
+LN_API Status residual_add(const NormParams& params, const NormTensors& tensors);
+
 // The float64 reference: y (rows x hidden, packed), mean and rstd (rows)
 // in double, from the same inputs (a residual's sum rounded to x's dtype as
 // the operator rounds it).  Any of the outputs may be null.
