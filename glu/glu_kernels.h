@@ -50,67 +50,76 @@ inline typename Vec::T square_low(typename Vec::T z, typename Vec::T hi) {
 #endif
 }
 
-// 1 / x for x in [1, 2] (the sigmoid's 1 + e) or (0, 1] (the erfc fit's
-// t): the path's reciprocal estimate (14 bits on AVX-512, 12 on AVX2 and
-// SSE2) and one Newton step, x r (2 - x r), about fp32's precision, where a
-// division costs several times as much.
-inline typename Vec::T reciprocal(typename Vec::T x) {
-#if defined(__AVX512F__)
-  const __m512 r = _mm512_rcp14_ps(x);
-#elif defined(__AVX2__)
-  const __m256 r = _mm256_rcp_ps(x);
-#else
-  const __m128 r = _mm_rcp_ps(x);
-#endif
-  return Vec::mul(r, Vec::sub(Vec::set1(2.0f), Vec::mul(x, r)));
-}
+// The activations below work on N independent vectors at once, each step
+// over all N before the next: one vector's activation is a long chain of
+// dependent operations (about 35 for the GELU), and a core runs several
+// such chains side by side only when their operations sit close together
+// in the instruction stream.
 
-inline typename Vec::T exp_nonpositive(typename Vec::T a) { return Vec::exp2(Vec::mul(a, Vec::set1(1.44269504088896341f))); }
+constexpr float kLog2e = 1.44269504088896341f;
 
 // sigmoid(a) without overflow or cancellation in either tail.
-inline typename Vec::T sigmoid(typename Vec::T a) {
-  const typename Vec::T e = exp_nonpositive(Vec::sub(Vec::zero(), Vec::abs(a)));
+template <int N>
+inline void sigmoid_n(const typename Vec::T* a, typename Vec::T* out) {
   const typename Vec::T one = Vec::set1(1.0f);
-  return Vec::mul(select_nonneg(a, one, e), reciprocal(Vec::add(one, e)));
+  typename Vec::T e[N];
+  for (int k = 0; k < N; ++k) e[k] = Vec::mul(Vec::sub(Vec::zero(), Vec::abs(a[k])), Vec::set1(kLog2e));
+  for (int k = 0; k < N; ++k) e[k] = Vec::exp2(e[k]);
+  for (int k = 0; k < N; ++k) out[k] = Vec::div(select_nonneg(a[k], one, e[k]), Vec::add(one, e[k]));
 }
 
 // Phi(g), the standard normal's distribution function.
-inline typename Vec::T normal_cdf(typename Vec::T g) {
-  // z capped at 1e4 (erfc is 0 long before) so t stays a finite reciprocal;
-  // a NaN g comes through the product g Phi(g) all the same.
-  const typename Vec::T z = Vec::sub(Vec::zero(), Vec::max(Vec::mul(Vec::abs(g), Vec::set1(-0.70710678118654752f)), Vec::set1(-1e4f)));
+template <int N>
+inline void normal_cdf_n(const typename Vec::T* g, typename Vec::T* out) {
   const typename Vec::T one = Vec::set1(1.0f);
-  const typename Vec::T t = reciprocal(Vec::fmadd(z, Vec::set1(0.5f), one));
-  typename Vec::T p = Vec::set1(0.17087277f);
+  typename Vec::T z[N], t[N], p[N], x[N];
+  for (int k = 0; k < N; ++k) z[k] = Vec::mul(Vec::abs(g[k]), Vec::set1(0.70710678118654752f));
+  for (int k = 0; k < N; ++k) t[k] = Vec::div(one, Vec::fmadd(z[k], Vec::set1(0.5f), one));
+  for (int k = 0; k < N; ++k) p[k] = Vec::set1(0.17087277f);
   for (float c : {-0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f, -0.18628806f, 0.09678418f, 0.37409196f, 1.00002368f,
                   -1.26551223f}) {
-    p = Vec::fmadd(p, t, Vec::set1(c));
+    for (int k = 0; k < N; ++k) p[k] = Vec::fmadd(p[k], t[k], Vec::set1(c));
   }
-  const typename Vec::T hi = Vec::mul(z, z), lo = square_low(z, hi);
   // P(t) - z^2 <= 0 for every z >= 0 (P(1) = 3e-8 at z = 0, the fit's own
   // error; the exp2 of the softmax treats it as 0).
-  const typename Vec::T erfc = Vec::mul(t, exp_nonpositive(Vec::sub(Vec::sub(p, hi), lo)));
-  const typename Vec::T half_erfc = Vec::mul(erfc, Vec::set1(0.5f));
-  return select_nonneg(g, Vec::sub(one, half_erfc), half_erfc);
+  for (int k = 0; k < N; ++k) {
+    const typename Vec::T hi = Vec::mul(z[k], z[k]);
+    x[k] = Vec::mul(Vec::sub(Vec::sub(p[k], hi), square_low(z[k], hi)), Vec::set1(kLog2e));
+  }
+  for (int k = 0; k < N; ++k) x[k] = Vec::exp2(x[k]);
+  for (int k = 0; k < N; ++k) {
+    const typename Vec::T half_erfc = Vec::mul(Vec::mul(t[k], x[k]), Vec::set1(0.5f));
+    out[k] = select_nonneg(g[k], Vec::sub(one, half_erfc), half_erfc);
+  }
 }
 
-template <GluKind K>
-inline typename Vec::T activate(typename Vec::T g) {
-  if constexpr (K == GluKind::kSwiGlu) return Vec::mul(g, sigmoid(g));
-  if constexpr (K == GluKind::kGeGluErf) return Vec::mul(g, normal_cdf(g));
-  if constexpr (K == GluKind::kGeGluTanh) {
+// act(g) of N vectors, in place.
+template <GluKind K, int N>
+inline void activate_n(typename Vec::T* g) {
+  typename Vec::T f[N];
+  if constexpr (K == GluKind::kSwiGlu) {
+    sigmoid_n<N>(g, f);
+  } else if constexpr (K == GluKind::kGeGluErf) {
+    normal_cdf_n<N>(g, f);
+  } else if constexpr (K == GluKind::kGeGluTanh) {
     // 0.5 (1 + tanh(u)) = sigmoid(2u), u = sqrt(2/pi) (g + 0.044715 g^3).
-    const typename Vec::T g2 = Vec::mul(g, g);
-    const typename Vec::T u2 = Vec::mul(Vec::mul(g, Vec::set1(2.0f * 0.79788456080286536f)),
-                                        Vec::fmadd(g2, Vec::set1(0.044715f), Vec::set1(1.0f)));
-    return Vec::mul(g, sigmoid(u2));
-  }
-  if constexpr (K == GluKind::kReGlu) {
-    // max(0, g) with g second: MAXPS returns its second operand when
+    typename Vec::T u2[N];
+    for (int k = 0; k < N; ++k) {
+      u2[k] = Vec::mul(Vec::mul(g[k], Vec::set1(2.0f * 0.79788456080286536f)),
+                       Vec::fmadd(Vec::mul(g[k], g[k]), Vec::set1(0.044715f), Vec::set1(1.0f)));
+    }
+    sigmoid_n<N>(u2, f);
+  } else {
+    // ReLU: max(0, g) with g second: MAXPS returns its second operand when
     // either is NaN, so a NaN gate stays NaN (and -inf gives 0).
-    return Vec::max(Vec::zero(), g);
+    for (int k = 0; k < N; ++k) g[k] = Vec::max(Vec::zero(), g[k]);
+    return;
   }
+  for (int k = 0; k < N; ++k) g[k] = Vec::mul(g[k], f[k]);
 }
+
+// Vectors a main-loop step activates together.
+constexpr int kInterleave = 4;
 
 template <GluKind K, DType XT, DType YT>
 inline void glu_rows(const detail::GluJob& job, std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
@@ -121,8 +130,16 @@ inline void glu_rows(const detail::GluJob& job, std::int64_t r0, std::int64_t r1
     const char* up = static_cast<const char*>(job.up) + r * job.x_stride * xs;
     char* y = static_cast<char*>(job.y) + r * job.y_stride * ys;
     std::int64_t c = c0;
+    for (; c + kInterleave * W <= c1; c += kInterleave * W) {
+      typename Vec::T g[kInterleave];
+      for (int k = 0; k < kInterleave; ++k) g[k] = load_vec<XT>(gate, c + k * W);
+      activate_n<K, kInterleave>(g);
+      for (int k = 0; k < kInterleave; ++k) store_vec<YT>(y, c + k * W, Vec::mul(g[k], load_vec<XT>(up, c + k * W)), false);
+    }
     for (; c + W <= c1; c += W) {
-      store_vec<YT>(y, c, Vec::mul(activate<K>(load_vec<XT>(gate, c)), load_vec<XT>(up, c)), false);
+      typename Vec::T g = load_vec<XT>(gate, c);
+      activate_n<K, 1>(&g);
+      store_vec<YT>(y, c, Vec::mul(g, load_vec<XT>(up, c)), false);
     }
     if (c < c1) {
       // The tail through the same vector code, from a padded copy, so every
@@ -132,7 +149,9 @@ inline void glu_rows(const detail::GluJob& job, std::int64_t r0, std::int64_t r1
         g[k - c] = detail::load_as_f32(gate, XT, k);
         u[k - c] = detail::load_as_f32(up, XT, k);
       }
-      Vec::store(out, Vec::mul(activate<K>(Vec::load(g)), Vec::load(u)));
+      typename Vec::T v = Vec::load(g);
+      activate_n<K, 1>(&v);
+      Vec::store(out, Vec::mul(v, Vec::load(u)));
       for (std::int64_t k = c; k < c1; ++k) detail::store_from_f32(y, YT, k, out[k - c]);
     }
   }
