@@ -82,11 +82,13 @@ int run(int argc, char** argv) {
 
   const fa::DType out = c.out_dtype ? *c.out_dtype : c.dtype;
   const std::size_t outputs = fa::cli::checked_product({c.rows, c.width}, "--rows x --hidden");
-  // x (2 elements an output), y, and the reference's doubles.
-  fa::cli::check_fits_in_memory(outputs * (2 * fa::dtype_size(c.dtype) + fa::dtype_size(out) + 8), "the input, output and reference");
+  // x (2 elements an output), y, and with --check the reference's doubles.
+  fa::cli::check_fits_in_memory(outputs * (2 * fa::dtype_size(c.dtype) + fa::dtype_size(out) + (args.flag("check") ? 8 : 0)),
+                                "the input, output and reference");
   const fa::GluParams params = fa::cli::glu_params(c);
   fa::Isa isa;
   if (fa::Status s = fa::glu_isa(params, &isa); !s.ok()) throw UsageError(s.message());
+  c.with_reference = args.flag("check");
   fa::cli::GluBuffers b = fa::cli::make_glu_buffers(c);
   if (fa::Status s = fa::validate_glu(params, b.tensors); !s.ok()) throw UsageError(s.message());
 

@@ -53,8 +53,10 @@ GluBuffers make_glu_buffers(const GluCase& c) {
   fill_normal(b.x.data(), c.dtype, c.rows * xs, c.seed, c.scale);
   b.tensors.x = {b.x.data(), c.dtype, c.rows, 2 * c.width, c.x_row_stride};
   b.tensors.y = {b.y.data(), out, c.rows, c.width, c.y_row_stride};
-  b.ref.resize(static_cast<std::size_t>(c.rows * c.width));
-  if (Status s = glu_reference(glu_params(c), b.tensors, b.ref.data()); !s.ok()) throw UsageError(s.message());
+  if (c.with_reference) {
+    b.ref.resize(static_cast<std::size_t>(c.rows * c.width));
+    if (Status s = glu_reference(glu_params(c), b.tensors, b.ref.data()); !s.ok()) throw UsageError(s.message());
+  }
   return b;
 }
 

@@ -23,6 +23,7 @@ struct GluCase {
   int threads = 0;
   std::optional<Isa> isa;
   std::uint64_t seed = 1;
+  bool with_reference = true;  // computed with the buffers (a benchmark without --check skips it)
 };
 
 struct GluBuffers {

@@ -158,12 +158,13 @@ int run(int argc, char** argv) {
   const std::size_t es = fa::dtype_size(c.dtype);
   const std::size_t elems = fa::cli::checked_product({c.batch, c.seq, c.heads + c.kv_heads, c.head_dim}, "the Q and K shapes");
   const std::size_t out_es = c.out_dtype ? fa::dtype_size(*c.out_dtype) : 0;
-  // The inputs, outputs and the reference's doubles (8 bytes an element).
-  fa::cli::check_fits_in_memory(elems * (es + out_es + 8), "the inputs, outputs and reference");
+  // The inputs, outputs and with --check the reference's doubles.
+  fa::cli::check_fits_in_memory(elems * (es + out_es + (args.flag("check") ? 8 : 0)), "the inputs, outputs and reference");
   const fa::RopeParams params = fa::cli::rope_params(c);
   fa::Isa isa;
   if (fa::Status s = fa::rope_isa(params, &isa); !s.ok()) throw UsageError(s.message());
   const bool check = args.flag("check");
+  c.with_reference = check;
   fa::cli::RopeBuffers b = fa::cli::make_rope_buffers(c);
   if (fa::Status s = fa::validate_rope(params, b.tensors); !s.ok()) throw UsageError(s.message());
   // The check reads the first call's result: in place, later calls rotate

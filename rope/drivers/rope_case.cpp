@@ -107,9 +107,11 @@ RopeBuffers make_rope_buffers(const RopeCase& c) {
     b.tensors.sin = b.sin.data();
     b.tensors.table_positions = max_position + 1;
   }
-  b.q_ref.resize(static_cast<std::size_t>(tokens * c.heads * c.head_dim));
-  b.k_ref.resize(static_cast<std::size_t>(tokens * c.kv_heads * c.head_dim));
-  if (Status s = rope_reference(p, b.tensors, b.q_ref.data(), b.k_ref.data()); !s.ok()) throw UsageError(s.message());
+  if (c.with_reference) {
+    b.q_ref.resize(static_cast<std::size_t>(tokens * c.heads * c.head_dim));
+    b.k_ref.resize(static_cast<std::size_t>(tokens * c.kv_heads * c.head_dim));
+    if (Status s = rope_reference(p, b.tensors, b.q_ref.data(), b.k_ref.data()); !s.ok()) throw UsageError(s.message());
+  }
   return b;
 }
 
