@@ -117,6 +117,13 @@ for module in LAYER_NORM ROPE GLU; do
     targets+=("$lib" "${lib}_benchmark" "${lib}_test")
   fi
 done
+# The decoder-layer benchmark, where configure found oneDNN for it.
+# (The list read whole first: grep -q would close the pipe early, and under
+# pipefail the writer's SIGPIPE would read as no match.)
+build_targets=$(cmake --build "$BUILD_DIR" --target help 2>/dev/null || true)
+if grep -q "decoder_layer_benchmark" <<<"$build_targets"; then
+  targets+=(decoder_layer_benchmark)
+fi
 echo "[2/3] Building (parallel jobs: $JOBS)..."
 run_logged "the build" cmake --build "$BUILD_DIR" -j "$JOBS" --target "${targets[@]}"
 
