@@ -54,3 +54,31 @@ function(add_elementwise_operator)
   install(DIRECTORY include/${OP_NAME} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   message(STATUS "${OP_NAME}: kernel paths ${paths}")
 endfunction()
+
+# add_elementwise_programs(NAME <program prefix> LIBRARY <lib> STEM <stem>)
+#
+# The operator's programs, <NAME>_benchmark and <NAME>_test (in
+# <build>/tests/, beside the attention programs), from <STEM>_benchmark.cpp
+# and <STEM>_test.cpp over the case driver <STEM>_driver (<STEM>_case.cpp),
+# on the attention drivers' parser, buffers and reports (fa_driver, whose
+# dtype, layout and path names come from the first attention library);
+# CTest runs <NAME>_test --quick under the label <NAME>.
+function(add_elementwise_programs)
+  cmake_parse_arguments(OP "" "NAME;LIBRARY;STEM" "" ${ARGN})
+  add_library(${OP_STEM}_driver STATIC ${OP_STEM}_case.cpp)
+  target_link_libraries(${OP_STEM}_driver PUBLIC fa_driver ${OP_LIBRARY} flash_attention_fa${FA_DRIVER_VERSION})
+  target_include_directories(${OP_STEM}_driver PUBLIC ${CMAKE_CURRENT_SOURCE_DIR} PRIVATE ${PROJECT_SOURCE_DIR}/flash_attention)
+  foreach(kind IN ITEMS benchmark test)
+    if((kind STREQUAL "benchmark" AND NOT ENABLE_BENCHMARK) OR (kind STREQUAL "test" AND NOT ENABLE_TESTS))
+      continue()
+    endif()
+    add_executable(${OP_NAME}_${kind} ${OP_STEM}_${kind}.cpp)
+    target_link_libraries(${OP_NAME}_${kind} PRIVATE ${OP_STEM}_driver)
+    set_target_properties(${OP_NAME}_${kind} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+    install(TARGETS ${OP_NAME}_${kind} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  endforeach()
+  if(ENABLE_TESTS)
+    add_test(NAME ${OP_NAME}_test.quick COMMAND ${OP_NAME}_test --quick)
+    set_tests_properties(${OP_NAME}_test.quick PROPERTIES LABELS "${OP_NAME}")
+  endif()
+endfunction()
