@@ -21,6 +21,10 @@ WORKDIR /workspace/ops-transformer
 COPY CMakeLists.txt ./
 COPY cmake/ cmake/
 COPY flash_attention/ flash_attention/
+COPY layer_norm/ layer_norm/
+COPY rope/ rope/
+COPY glu/ glu/
+COPY examples/ examples/
 COPY tests/ tests/
 COPY bench/ bench/
 COPY configs/ configs/

@@ -394,9 +394,16 @@ def case_dockerfile(work, _):
     text = open(os.path.join(ROOT, "Dockerfile")).read()
     stages = re.split(r"^FROM ", text, flags=re.M)[1:]
     assert len(stages) == 2, "a build stage and a runtime stage"
+    copied = set()
     for line in re.findall(r"^COPY (?!--from)(.+)$", text, flags=re.M):
         for source in line.split()[:-1]:
             assert os.path.exists(os.path.join(ROOT, source)), f"COPY {source}: not in the repository"
+            copied.add(source.rstrip("/"))
+    # Every module the top-level CMakeLists.txt adds must be in the image,
+    # or the build stage's configure fails.
+    top = open(os.path.join(ROOT, "CMakeLists.txt")).read()
+    for sub in re.findall(r"add_subdirectory\((\w+)\)", top):
+        assert sub in copied, f"CMakeLists.txt adds {sub}/, which the Dockerfile does not copy"
     runs = re.findall(r"^RUN bash (scripts/\S+)", text, flags=re.M)
     assert runs == ["scripts/env_health_check.sh", "scripts/build_flash_attention.sh", "scripts/post_build_check.sh"], runs
     for r in runs:
