@@ -17,6 +17,10 @@ struct GluJob {
   std::int64_t x_stride = 0;  // elements
   void* y = nullptr;
   std::int64_t y_stride = 0;
+  // y written around the caches (non-temporal stores, rows starting on a
+  // 64-byte line): the call's data exceed the last-level cache, so y would
+  // not stay there for its consumer, and a streamed line is not read first.
+  bool stream = false;
 };
 
 // One path's kernel: rows [r0, r1), columns [c0, c1) of y.

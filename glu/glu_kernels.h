@@ -129,17 +129,20 @@ inline void glu_rows(const detail::GluJob& job, std::int64_t r0, std::int64_t r1
     const char* gate = static_cast<const char*>(job.gate) + r * job.x_stride * xs;
     const char* up = static_cast<const char*>(job.up) + r * job.x_stride * xs;
     char* y = static_cast<char*>(job.y) + r * job.y_stride * ys;
+    // Whole vectors from a 64-byte-aligned row start stay aligned (c0 is a
+    // multiple of 64 elements).
+    const bool stream = job.stream && reinterpret_cast<std::uintptr_t>(y) % 64 == 0;
     std::int64_t c = c0;
     for (; c + kInterleave * W <= c1; c += kInterleave * W) {
       typename Vec::T g[kInterleave];
       for (int k = 0; k < kInterleave; ++k) g[k] = load_vec<XT>(gate, c + k * W);
       activate_n<K, kInterleave>(g);
-      for (int k = 0; k < kInterleave; ++k) store_vec<YT>(y, c + k * W, Vec::mul(g[k], load_vec<XT>(up, c + k * W)), false);
+      for (int k = 0; k < kInterleave; ++k) store_vec<YT>(y, c + k * W, Vec::mul(g[k], load_vec<XT>(up, c + k * W)), stream);
     }
     for (; c + W <= c1; c += W) {
       typename Vec::T g = load_vec<XT>(gate, c);
       activate_n<K, 1>(&g);
-      store_vec<YT>(y, c, Vec::mul(g, load_vec<XT>(up, c)), false);
+      store_vec<YT>(y, c, Vec::mul(g, load_vec<XT>(up, c)), stream);
     }
     if (c < c1) {
       // The tail through the same vector code, from a padded copy, so every
@@ -155,6 +158,9 @@ inline void glu_rows(const detail::GluJob& job, std::int64_t r0, std::int64_t r1
       for (std::int64_t k = c; k < c1; ++k) detail::store_from_f32(y, YT, k, out[k - c]);
     }
   }
+#if defined(__AVX2__) || defined(__AVX512F__)
+  if (job.stream) _mm_sfence();  // the streamed lines reach memory before the pool reports the item done
+#endif
 }
 
 template <GluKind K, DType XT>

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,33 +63,6 @@ const detail::NormKernelTable* table_of(Isa isa) {
 #endif
     default: return &detail::kNormKernels_generic;
   }
-}
-
-// The last-level cache this CPU shares (sysfs: the largest level of cpu0's
-// caches, "32768K"), else 32 MiB.  Not sysconf's: in a virtual machine it
-// can report the whole host's L3 (320 MiB on a 2-vCPU guest whose cores
-// share 32 MiB), and y would never stream.
-std::size_t last_level_cache_bytes() {
-  static const std::size_t bytes = [] {
-    std::size_t best = 0;
-    int best_level = 0;
-    for (int index = 0; index < 8; ++index) {
-      const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
-      std::ifstream level_file(dir + "level"), size_file(dir + "size");
-      int level = 0;
-      std::string size;
-      if (!(level_file >> level) || !(size_file >> size) || size.empty()) continue;
-      std::size_t value = std::strtoull(size.c_str(), nullptr, 10);
-      if (size.back() == 'K') value <<= 10;
-      if (size.back() == 'M') value <<= 20;
-      if (level > best_level && value > 0) {
-        best_level = level;
-        best = value;
-      }
-    }
-    return best > 0 ? best : std::size_t{32} << 20;
-  }();
-  return bytes;
 }
 
 bool is_norm_dtype(DType dtype) { return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; }
@@ -227,7 +199,7 @@ Status norm_forward(const NormParams& p, const NormTensors& t) {
   job.rstd = t.rstd;
   const double footprint = static_cast<double>(job.rows) * static_cast<double>(n) *
                            static_cast<double>(detail::norm_elem_bytes(t.x.dtype) + detail::norm_elem_bytes(t.y.dtype));
-  job.stream = p.stream_output ? *p.stream_output : footprint > static_cast<double>(last_level_cache_bytes());
+  job.stream = p.stream_output ? *p.stream_output : footprint > static_cast<double>(detail::last_level_cache_bytes());
 
   return run_rows(job, p.threads, table_of(isa)->run_rows);
 }

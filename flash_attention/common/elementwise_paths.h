@@ -1,11 +1,14 @@
-// The kernel-path choice of the element-wise operators (the norms, RoPE,
+// The kernel-path choice of the element-wise operators (and the cache size
+// that decides whether their outputs stream past the caches) (the norms, RoPE,
 // the gated linear units), header-only so each of their libraries compiles
 // its own: the paths generic, avx2, avx512 and avx512bf16 (the amx path runs
 // avx512bf16's kernels: the tile unit has nothing to do here), asked for by
 // the caller, else by FA_ISA, else the fastest this CPU runs.
 #pragma once
 
+#include <cstddef>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -46,6 +49,33 @@ Status choose_elementwise_path(std::optional<Isa> forced, Built built, Isa* isa)
   }
   *isa = Isa::kGeneric;
   return Status::Ok();
+}
+
+// The last-level cache this CPU shares (sysfs: the largest level of cpu0's
+// caches, "32768K"), else 32 MiB.  Not sysconf's: in a virtual machine it
+// can report the whole host's L3 (320 MiB on a 2-vCPU guest whose cores
+// share 32 MiB), and y would never stream.
+inline std::size_t last_level_cache_bytes() {
+  static const std::size_t bytes = [] {
+    std::size_t best = 0;
+    int best_level = 0;
+    for (int index = 0; index < 8; ++index) {
+      const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+      std::ifstream level_file(dir + "level"), size_file(dir + "size");
+      int level = 0;
+      std::string size;
+      if (!(level_file >> level) || !(size_file >> size) || size.empty()) continue;
+      std::size_t value = std::strtoull(size.c_str(), nullptr, 10);
+      if (size.back() == 'K') value <<= 10;
+      if (size.back() == 'M') value <<= 20;
+      if (level > best_level && value > 0) {
+        best_level = level;
+        best = value;
+      }
+    }
+    return best > 0 ? best : std::size_t{32} << 20;
+  }();
+  return bytes;
 }
 
 }  // namespace fa::detail

@@ -31,6 +31,7 @@ std::vector<fa::cli::FlagSpec> flags() {
       {"split", K::kString, "gate-first|up-first", "which half of the input row is the gate (default gate-first)"},
       {"dtype", K::kString, "bf16|fp16|fp32", "dtype of the input (default bf16)"},
       {"out-dtype", K::kString, "bf16|fp16|fp32", "dtype of the output (default: --dtype)"},
+      {"stream", K::kString, "auto|on|off", "the output through non-temporal stores (default auto: when input and output exceed the last-level cache)"},
       {"threads", K::kInt, "N", "threads (default: all cores)"},
       {"isa", K::kString, "generic|avx2|avx512|avx512bf16", "kernel path (FA_ISA, else the fastest available)"},
       {"num-runs", K::kInt, "N", "timed runs (default 20)"},
@@ -85,7 +86,13 @@ int run(int argc, char** argv) {
   // x (2 elements an output), y, and with --check the reference's doubles.
   fa::cli::check_fits_in_memory(outputs * (2 * fa::dtype_size(c.dtype) + fa::dtype_size(out) + (args.flag("check") ? 8 : 0)),
                                 "the input, output and reference");
-  const fa::GluParams params = fa::cli::glu_params(c);
+  fa::GluParams params = fa::cli::glu_params(c);
+  const std::string stream = args.str("stream", "auto");
+  if (stream == "on" || stream == "off") {
+    params.stream_output = stream == "on";
+  } else if (stream != "auto") {
+    throw UsageError("--stream=" + stream + " is not valid: expected auto, on or off");
+  }
   fa::Isa isa;
   if (fa::Status s = fa::glu_isa(params, &isa); !s.ok()) throw UsageError(s.message());
   c.with_reference = args.flag("check");

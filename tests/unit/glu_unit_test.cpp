@@ -97,6 +97,22 @@ TEST_P(GluPaths, UpFirstIsGateFirstWithHalvesSwapped) {
   EXPECT_EQ(std::memcmp(a.y.data(), b.y.data(), static_cast<std::size_t>(5 * 70) * fa::dtype_size(c.dtype)), 0);
 }
 
+// Non-temporal stores write the same bits as cached ones.
+TEST_P(GluPaths, StreamedOutputEqualsCached) {
+  GluCase c = base(6, 200);  // 64-byte rows in fp32; a tail past the vectors
+  c.out_dtype = DType::kF32;
+  fa::cli::GluBuffers b = fa::cli::make_glu_buffers(c);
+  fa::GluParams p = fa::cli::glu_params(c);
+  p.stream_output = false;
+  ASSERT_TRUE(fa::glu_forward(p, b.tensors).ok());
+  const std::vector<char> cached(static_cast<const char*>(b.y.data()), static_cast<const char*>(b.y.data()) + b.y.bytes());
+  std::memset(b.y.data(), 0, b.y.bytes());
+  p.stream_output = true;
+  ASSERT_TRUE(fa::glu_forward(p, b.tensors).ok());
+  EXPECT_EQ(std::memcmp(cached.data(), b.y.data(), cached.size()), 0);
+  EXPECT_TRUE(fa::cli::check_glu(c, b).pass);
+}
+
 // A NaN in the gate or the up half spoils its own output only.
 TEST_P(GluPaths, NanStaysInItsElement) {
   GluCase c = base(2, 40);

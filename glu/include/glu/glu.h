@@ -37,6 +37,10 @@ struct GluParams {
   GluSplit split = GluSplit::kGateFirst;
   int threads = 0;         // 0: the library's CPU set, as attention
   std::optional<Isa> isa;  // else FA_ISA, else the fastest this CPU runs
+  // y (whole vectors of rows that start on a 64-byte line) written with
+  // non-temporal stores, around the caches.  Unset: when the call's x and y
+  // exceed the last-level cache.
+  std::optional<bool> stream_output;
 };
 
 struct GluTensors {
