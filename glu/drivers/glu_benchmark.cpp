@@ -24,7 +24,7 @@ using fa::cli::UsageError;
 
 std::vector<fa::cli::FlagSpec> flags() {
   using K = FlagKind;
-  return {
+  return fa::cli::elementwise_benchmark_flags({
       {"op", K::kString, "swiglu|geglu|geglu-tanh|reglu", "the unit: SiLU, GELU (erf), GELU (tanh) or ReLU gate (default swiglu)"},
       {"rows", K::kInt, "N", "rows: tokens (default 1024)"},
       {"hidden", K::kInt, "N", "d, the output's width; the input row holds 2d (default 14336, Llama 3 8B's MLP)"},
@@ -32,18 +32,7 @@ std::vector<fa::cli::FlagSpec> flags() {
       {"dtype", K::kString, "bf16|fp16|fp32", "dtype of the input (default bf16)"},
       {"out-dtype", K::kString, "bf16|fp16|fp32", "dtype of the output (default: --dtype)"},
       {"stream", K::kString, "auto|on|off", "the output through non-temporal stores (default auto: when input and output exceed the last-level cache)"},
-      {"threads", K::kInt, "N", "threads (default: all cores)"},
-      {"isa", K::kString, "generic|avx2|avx512|avx512bf16", "kernel path (FA_ISA, else the fastest available)"},
-      {"num-runs", K::kInt, "N", "timed runs (default 20)"},
-      {"warmup-runs", K::kInt, "N", "untimed runs first (default 3)"},
-      {"seed", K::kInt, "N", "seed of the random inputs (default 1)"},
-      {"check", K::kBool, "", "compare the output with the float64 reference (PASS/FAIL; exit 1 on FAIL)"},
-      {"output", K::kString, "PATH", "write the output as [rows, hidden] in its dtype"},
-      {"no-probe", K::kBool, "", "skip the copy-bandwidth probe"},
-      {"json", K::kBool, "", "print the results as one JSON object on the last line"},
-      {"json-file", K::kString, "PATH", "write the JSON object to PATH"},
-      {"help", K::kBool, "", "print this help"},
-  };
+  }, "the output", "write the output as [rows, hidden] in its dtype");
 }
 
 int run(int argc, char** argv) {

@@ -26,7 +26,7 @@ using fa::cli::UsageError;
 
 std::vector<fa::cli::FlagSpec> flags() {
   using K = FlagKind;
-  return {
+  return fa::cli::elementwise_benchmark_flags({
       {"op", K::kString, "layernorm|rmsnorm", "the operator (default layernorm)"},
       {"rows", K::kInt, "N", "rows: tokens (default 4096)"},
       {"hidden", K::kInt, "N", "elements a row, the normalized dimension (default 4096)"},
@@ -38,18 +38,7 @@ std::vector<fa::cli::FlagSpec> flags() {
       {"no-gamma", K::kBool, "", "no scale"},
       {"no-beta", K::kBool, "", "no shift (layernorm; rmsnorm has none)"},
       {"stream", K::kString, "auto|on|off", "y through non-temporal stores (default auto: when x and y exceed the last-level cache)"},
-      {"threads", K::kInt, "N", "threads (default: all cores)"},
-      {"isa", K::kString, "generic|avx2|avx512|avx512bf16", "kernel path (FA_ISA, else the fastest available)"},
-      {"num-runs", K::kInt, "N", "timed runs (default 20)"},
-      {"warmup-runs", K::kInt, "N", "untimed runs first (default 3)"},
-      {"seed", K::kInt, "N", "seed of the random inputs (default 1)"},
-      {"check", K::kBool, "", "compare y, mean and rstd with the float64 reference (PASS/FAIL; exit 1 on FAIL)"},
-      {"output", K::kString, "PATH", "write y as [rows, hidden] in --dtype"},
-      {"no-probe", K::kBool, "", "skip the copy-bandwidth probe"},
-      {"json", K::kBool, "", "print the results as one JSON object on the last line"},
-      {"json-file", K::kString, "PATH", "write the JSON object to PATH"},
-      {"help", K::kBool, "", "print this help"},
-  };
+  }, "y, mean and rstd", "write y as [rows, hidden] in --dtype");
 }
 
 int run(int argc, char** argv) {

@@ -24,7 +24,7 @@ using fa::cli::UsageError;
 
 std::vector<fa::cli::FlagSpec> flags() {
   using K = FlagKind;
-  return {
+  return fa::cli::elementwise_benchmark_flags({
       {"batch-size", K::kInt, "N", "batch size (default 1)"},
       {"seq-len", K::kInt, "N", "tokens a sequence (default 4096)"},
       {"num-heads", K::kInt, "N", "query heads (default 32)"},
@@ -44,18 +44,7 @@ std::vector<fa::cli::FlagSpec> flags() {
       {"original-max-position", K::kFloat, "N", "llama3: the trained context (default 8192)"},
       {"position-offset", K::kInt, "N", "token s at position N + s through a positions array (a KV-cache step; default: positions 0, 1, ...)"},
       {"tables", K::kBool, "", "pass precomputed cos/sin tables instead of computing the angles"},
-      {"threads", K::kInt, "N", "threads (default: all cores)"},
-      {"isa", K::kString, "generic|avx2|avx512|avx512bf16", "kernel path (FA_ISA, else the fastest available)"},
-      {"num-runs", K::kInt, "N", "timed runs (default 20)"},
-      {"warmup-runs", K::kInt, "N", "untimed runs first (default 3)"},
-      {"seed", K::kInt, "N", "seed of the random inputs (default 1)"},
-      {"check", K::kBool, "", "compare Q and K with the float64 reference (PASS/FAIL; exit 1 on FAIL)"},
-      {"output", K::kString, "PATH", "write the rotated Q then K, each in --layout and the output dtype"},
-      {"no-probe", K::kBool, "", "skip the copy-bandwidth probe"},
-      {"json", K::kBool, "", "print the results as one JSON object on the last line"},
-      {"json-file", K::kString, "PATH", "write the JSON object to PATH"},
-      {"help", K::kBool, "", "print this help"},
-  };
+  }, "Q and K", "write the rotated Q then K, each in --layout and the output dtype");
 }
 
 double positive(const Args& args, const char* flag, double fallback, double min_value, const char* expected) {

@@ -5,6 +5,26 @@
 
 namespace fa::cli {
 
+std::vector<FlagSpec> elementwise_benchmark_flags(std::vector<FlagSpec> own, const std::string& check_what,
+                                                  const std::string& output_what) {
+  using K = FlagKind;
+  const std::vector<FlagSpec> common = {
+      {"threads", K::kInt, "N", "threads (default: all cores)"},
+      {"isa", K::kString, "generic|avx2|avx512|avx512bf16", "kernel path (FA_ISA, else the fastest available)"},
+      {"num-runs", K::kInt, "N", "timed runs (default 20)"},
+      {"warmup-runs", K::kInt, "N", "untimed runs first (default 3)"},
+      {"seed", K::kInt, "N", "seed of the random inputs (default 1)"},
+      {"check", K::kBool, "", "compare " + check_what + " with the float64 reference (PASS/FAIL; exit 1 on FAIL)"},
+      {"output", K::kString, "PATH", output_what},
+      {"no-probe", K::kBool, "", "skip the copy-bandwidth probe"},
+      {"json", K::kBool, "", "print the results as one JSON object on the last line"},
+      {"json-file", K::kString, "PATH", "write the JSON object to PATH"},
+      {"help", K::kBool, "", "print this help"},
+  };
+  own.insert(own.end(), common.begin(), common.end());
+  return own;
+}
+
 DType parse_elementwise_dtype(const std::string& text, const char* flag) {
   const std::optional<DType> d = parse_dtype(text);
   if (!d || (*d != DType::kF32 && *d != DType::kF16 && *d != DType::kBF16)) {

@@ -14,6 +14,12 @@
 
 namespace fa::cli {
 
+// The flags every element-wise benchmark ends with (threads, isa, runs,
+// seed, --check and --output as the program describes them, the probe,
+// JSON, help), after its own.
+std::vector<FlagSpec> elementwise_benchmark_flags(std::vector<FlagSpec> own, const std::string& check_what,
+                                                  const std::string& output_what);
+
 // --flag=fp32|fp16|bf16, else a UsageError naming the flag.
 DType parse_elementwise_dtype(const std::string& text, const char* flag);
 
