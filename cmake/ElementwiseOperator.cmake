@@ -50,8 +50,19 @@ function(add_elementwise_operator)
     LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/${OP_NAME}
     VERSION ${PROJECT_VERSION}
     SOVERSION ${PROJECT_VERSION_MAJOR})
-  install(TARGETS ${OP_NAME} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  # find_package(FlashAttention COMPONENTS <NAME>) -> FlashAttention::<NAME>
+  # (the package's config reads every FlashAttention*Targets.cmake beside
+  # it), and pkg-config's ops_transformer_<NAME>.pc.
+  set_target_properties(${OP_NAME} PROPERTIES EXPORT_NAME ${OP_NAME})
+  install(TARGETS ${OP_NAME} EXPORT FlashAttention_${OP_NAME}Targets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(EXPORT FlashAttention_${OP_NAME}Targets NAMESPACE FlashAttention::
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/FlashAttention)
   install(DIRECTORY include/${OP_NAME} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  set(OP_PC_NAME ${OP_NAME})
+  string(REGEX REPLACE "[^/]+" ".." OP_PC_UP "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/elementwise_operator.pc.in
+                 ${CMAKE_BINARY_DIR}/pkgconfig/ops_transformer_${OP_NAME}.pc @ONLY)
+  install(FILES ${CMAKE_BINARY_DIR}/pkgconfig/ops_transformer_${OP_NAME}.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
   message(STATUS "${OP_NAME}: kernel paths ${paths}")
 endfunction()
 

@@ -70,7 +70,8 @@ def case_build_and_install(work, _):
     assert "Build completed successfully!" in p.stdout, p.stdout
     for f in ("lib/libflash_attention_fa2.so", "bin/fa2_benchmark", "bin/fa2_test",
               "include/flash_attention/flash_attention.h", "lib/cmake/FlashAttention/FlashAttentionConfig.cmake",
-              "lib/cmake/FlashAttention/FlashAttentionFa2Targets.cmake", "lib/pkgconfig/flash_attention_fa2.pc"):
+              "lib/cmake/FlashAttention/FlashAttentionFa2Targets.cmake", "lib/pkgconfig/flash_attention_fa2.pc",
+              "lib/cmake/FlashAttention/FlashAttention_ropeTargets.cmake", "lib/pkgconfig/ops_transformer_rope.pc"):
         assert os.path.exists(os.path.join(install_dir(work), f)), f"{f} missing from the install"
 
 

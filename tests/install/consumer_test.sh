@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the consumer project (tests/install/consumer) against an installed
 # FlashAttention, one way per call, runs it, and expects its PASS line:
-#   cmake       find_package(FlashAttention) + FlashAttention::fa2 (CMAKE_PREFIX_PATH)
-#   pkg-config  c++ $(pkg-config --cflags --libs flash_attention_fa2)
+#   cmake       find_package(FlashAttention) + FlashAttention::fa2, ::rope (CMAKE_PREFIX_PATH)
+#   pkg-config  c++ $(pkg-config --cflags --libs flash_attention_fa2 ops_transformer_rope)
 # usage: consumer_test.sh cmake|pkg-config INSTALL_DIR SCRATCH_DIR
 set -euo pipefail
 [ $# -eq 3 ] || { echo "usage: consumer_test.sh cmake|pkg-config INSTALL_DIR SCRATCH_DIR" >&2; exit 2; }
@@ -20,8 +20,8 @@ case "$way" in
   pkg-config)
     command -v pkg-config >/dev/null || { echo "SKIP: no pkg-config (apt-get install pkg-config)"; exit 77; }
     export PKG_CONFIG_PATH=$install/lib/pkgconfig
-    flags=$(pkg-config --cflags --libs flash_attention_fa2)
-    echo "pkg-config --cflags --libs flash_attention_fa2: $flags"
+    flags=$(pkg-config --cflags --libs flash_attention_fa2 ops_transformer_rope)
+    echo "pkg-config --cflags --libs flash_attention_fa2 ops_transformer_rope: $flags"
     # shellcheck disable=SC2086
     ${CXX:-c++} -std=c++17 -O1 "$src/main.cpp" -o "$scratch/consumer" $flags
     LD_LIBRARY_PATH=$(pkg-config --variable=libdir flash_attention_fa2) "$scratch/consumer"
