@@ -97,6 +97,33 @@ TEST_P(GluPaths, UpFirstIsGateFirstWithHalvesSwapped) {
   EXPECT_EQ(std::memcmp(a.y.data(), b.y.data(), static_cast<std::size_t>(5 * 70) * fa::dtype_size(c.dtype)), 0);
 }
 
+// Gates on a 1/64 grid over [-17, 17] and one fp32 step either side of
+// every integer: every interval of the AVX-512 paths' table for Phi and its
+// edges, and past its end (|g| > 15, held to 15), with the up half 1.
+TEST_P(GluPaths, GatesAcrossEveryIntervalAndEdge) {
+  std::vector<float> gates;
+  for (int i = -17 * 64; i <= 17 * 64; ++i) gates.push_back(static_cast<float>(i) / 64.0f);
+  for (int k = -17; k <= 17; ++k) {
+    gates.push_back(std::nextafter(static_cast<float>(k), -100.0f));
+    gates.push_back(std::nextafter(static_cast<float>(k), 100.0f));
+  }
+  GluCase c = base(1, static_cast<std::int64_t>(gates.size()));
+  c.dtype = DType::kF32;  // the grid exactly
+  c.out_dtype = std::get<1>(GetParam());
+  c.with_reference = false;
+  fa::cli::GluBuffers b = fa::cli::make_glu_buffers(c);
+  float* x = static_cast<float*>(b.x.data());
+  for (std::size_t i = 0; i < gates.size(); ++i) {
+    x[i] = gates[i];
+    x[gates.size() + i] = 1.0f;
+  }
+  b.ref.resize(gates.size());
+  ASSERT_TRUE(fa::glu_reference(fa::cli::glu_params(c), b.tensors, b.ref.data()).ok());
+  ASSERT_TRUE(fa::glu_forward(fa::cli::glu_params(c), b.tensors).ok());
+  const fa::cli::GluCheck r = fa::cli::check_glu(c, b);
+  EXPECT_TRUE(r.pass) << fa::cli::describe(c) << ": worst " << r.worst_share << ", " << r.mismatches << " past, nonfinite " << r.nonfinite;
+}
+
 // Non-temporal stores write the same bits as cached ones.
 TEST_P(GluPaths, StreamedOutputEqualsCached) {
   GluCase c = base(6, 200);  // 64-byte rows in fp32; a tail past the vectors
