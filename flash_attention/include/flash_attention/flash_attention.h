@@ -416,8 +416,10 @@ FA_API double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t byte
 
 // The bandwidth of a streaming copy of `bytes` (half read, half written) on
 // `threads` threads, in GB/s of bytes moved (read + written), the best of
-// repeats over about `seconds`: the yardstick of the element-wise operators
-// (norms, RoPE, gated linear units), which read and write alike.
+// repeats over about `seconds`, alternating memcpy and a copy through
+// non-temporal stores (which does not read the destination first): the
+// yardstick of the element-wise operators (norms, RoPE, gated linear units),
+// which read and write alike.
 FA_API double measure_copy_bandwidth_gbps(int threads, std::size_t bytes, double seconds);
 
 // True when a call of this dtype and head_dim on `isa` runs its products on
