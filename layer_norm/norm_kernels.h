@@ -26,7 +26,8 @@ namespace fa::FA_KERNEL_NS {
 struct RowSums {
   float d = 0, d2 = 0;
 };
-inline RowSums row_sums(const float* row, std::int64_t n, float shift) {
+template <DType ST>
+inline RowSums row_sums(const void* row, std::int64_t n, float shift) {
   constexpr int W = Vec::W;
   const typename Vec::T s = Vec::set1(shift);
   typename Vec::T acc[4] = {Vec::zero(), Vec::zero(), Vec::zero(), Vec::zero()};
@@ -34,13 +35,13 @@ inline RowSums row_sums(const float* row, std::int64_t n, float shift) {
   std::int64_t i = 0;
   for (; i + 4 * W <= n; i += 4 * W) {
     for (int k = 0; k < 4; ++k) {
-      const typename Vec::T v = Vec::sub(Vec::load(row + i + k * W), s);
+      const typename Vec::T v = Vec::sub(load_vec<ST>(row, i + k * W), s);
       acc[k] = Vec::add(acc[k], v);
       sq[k] = Vec::fmadd(v, v, sq[k]);
     }
   }
   for (; i + W <= n; i += W) {
-    const typename Vec::T v = Vec::sub(Vec::load(row + i), s);
+    const typename Vec::T v = Vec::sub(load_vec<ST>(row, i), s);
     acc[0] = Vec::add(acc[0], v);
     sq[0] = Vec::fmadd(v, v, sq[0]);
   }
@@ -48,18 +49,18 @@ inline RowSums row_sums(const float* row, std::int64_t n, float shift) {
   out.d = Vec::reduce_add(Vec::add(Vec::add(acc[0], acc[1]), Vec::add(acc[2], acc[3])));
   out.d2 = Vec::reduce_add(Vec::add(Vec::add(sq[0], sq[1]), Vec::add(sq[2], sq[3])));
   for (; i < n; ++i) {
-    const float v = row[i] - shift;
+    const float v = detail::load_as_f32(row, ST, i) - shift;
     out.d += v;
     out.d2 += v * v;
   }
   return out;
 }
 
-// Pass A: the row (x, plus the residual rounded to x's dtype, that sum
-// stored when asked) widened into `row`, with the sums of d = element -
-// shift and of d^2 (kLayerNorm), or of the squares alone (RMSNorm's only
-// statistic).
-template <bool kLayerNorm, DType XT>
+// Pass A: the row (x, or x plus the residual rounded to x's dtype, stored
+// as the sum when asked; widened into `row` with kScratch), with the
+// sums of d = element - shift and of d^2 (kLayerNorm), or of the squares
+// alone (RMSNorm's only statistic).
+template <bool kLayerNorm, DType XT, bool kScratch>
 inline RowSums widen_and_sum(const detail::NormJob& job, std::int64_t r, float* row, float shift) {
   constexpr int W = Vec::W;
   const std::int64_t n = job.hidden, nv = n / W * W;
@@ -85,7 +86,7 @@ inline RowSums widen_and_sum(const detail::NormJob& job, std::int64_t r, float* 
       v = round_vec<XT>(Vec::add(v, load_vec(res, job.residual_dtype, i)));
       if (sum) store_vec<XT>(sum, i, v, false);
     }
-    Vec::store(row + i, v);
+    if constexpr (kScratch) Vec::store(row + i, v);
     return v;
   };
   // Two accumulators a sum in registers (independent chains), the same
@@ -117,7 +118,7 @@ inline RowSums widen_and_sum(const detail::NormJob& job, std::int64_t r, float* 
       if (job.x_dtype == DType::kBF16) v = detail::bf16_to_f32(detail::f32_to_bf16(v));
       if (sum) detail::store_from_f32(sum, job.x_dtype, i, v);
     }
-    row[i] = v;
+    if constexpr (kScratch) row[i] = v;
     const float d = kLayerNorm ? v - shift : v;
     total.d += d;
     total.d2 += d * d;
@@ -140,8 +141,8 @@ inline float first_element(const detail::NormJob& job, std::int64_t r) {
 // stored in y's dtype (gamma, beta may be null); the mean in two parts, so
 // a row whose mean is large against its spread keeps the deviations exact
 // (one fp32 mean would be off by up to half its ulp: 5e-4 at 1e4).
-template <DType YT, bool kShift>
-inline void normalize_store(const detail::NormJob& job, std::int64_t r, const float* row, float shift, float correction,
+template <DType ST, DType YT, bool kShift>
+inline void normalize_store(const detail::NormJob& job, std::int64_t r, const void* row, float shift, float correction,
                             float rstd, const float* beta) {
   constexpr int W = Vec::W;
   const std::int64_t n = job.hidden, nv = n / W * W;
@@ -150,7 +151,7 @@ inline void normalize_store(const detail::NormJob& job, std::int64_t r, const fl
   const float* gamma = job.gamma;
   const typename Vec::T s = Vec::set1(shift), cr = Vec::set1(correction), rs = Vec::set1(rstd);
   for (std::int64_t i = 0; i < nv; i += W) {
-    typename Vec::T v = Vec::load(row + i);
+    typename Vec::T v = load_vec<ST>(row, i);
     if constexpr (kShift) v = Vec::sub(Vec::sub(v, s), cr);
     v = Vec::mul(v, rs);
     if (gamma) v = Vec::mul(v, Vec::load(gamma + i));
@@ -158,18 +159,29 @@ inline void normalize_store(const detail::NormJob& job, std::int64_t r, const fl
     store_vec<YT>(y, i, v, stream);
   }
   for (std::int64_t i = nv; i < n; ++i) {
-    float v = ((row[i] - shift) - correction) * rstd;
+    float v = ((detail::load_as_f32(row, ST, i) - shift) - correction) * rstd;
     if (gamma) v *= gamma[i];
     if (beta) v += beta[i];
     detail::store_from_f32(y, job.y_dtype, i, v);
   }
 }
 
-template <DType XT, DType YT>
-inline void norm_rows_of(const detail::NormJob& job, std::int64_t r0, std::int64_t r1, float* row) {
+// The passes after the first read the row again from L1/L2 where it lies in
+// x's dtype: x itself, or the sum the fused call stores.  Only where that
+// is not possible (a fused call that stores no sum, or y over the row in
+// another layout, which would overwrite it before it is read) does pass A
+// keep the row, widened, in the fp32 scratch (kScratch).  Reading x again
+// rather than a widened copy: RMSNorm bf16 at 16M elements 2.0-3.1 ->
+// 1.5-1.8 ms on Zen 4 (the copy, gamma and the row overflowed L1).
+template <DType XT, DType YT, bool kScratch>
+inline void norm_rows_from(const detail::NormJob& job, std::int64_t r0, std::int64_t r1, float* scratch) {
+  constexpr DType ST = kScratch ? DType::kF32 : XT;
   const std::int64_t n = job.hidden;
   const float inv_n = 1.0f / static_cast<float>(n);
   for (std::int64_t r = r0; r < r1; ++r) {
+    const void* row = kScratch      ? static_cast<const void*>(scratch)
+                      : job.residual ? static_cast<const char*>(job.sum) + r * job.sum_stride * detail::norm_elem_bytes(XT)
+                                     : static_cast<const char*>(job.x) + r * job.x_stride * detail::norm_elem_bytes(XT);
     // LayerNorm: the deviations d from a shift and their sum as the
     // correction (var = mean(d^2) - mean(d)^2, the mean = shift + mean(d)).
     // The shift is first the row's first element, in the pass that reads
@@ -182,31 +194,51 @@ inline void norm_rows_of(const detail::NormJob& job, std::int64_t r0, std::int64
     float shift = 0.0f, correction = 0.0f, var;
     if (job.kind == NormKind::kLayerNorm) {
       shift = first_element(job, r);
-      RowSums dev = widen_and_sum<true, XT>(job, r, row, shift);
+      RowSums dev = widen_and_sum<true, XT, kScratch>(job, r, scratch, shift);
       correction = dev.d * inv_n;
       var = dev.d2 * inv_n - correction * correction;
       if (!(correction * correction <= 64.0f * var)) {
         shift += correction;
-        dev = row_sums(row, n, shift);
+        dev = row_sums<ST>(row, n, shift);
         correction = dev.d * inv_n;
         var = dev.d2 * inv_n - correction * correction;
       }
       var = var < 0.0f ? 0.0f : var;  // rounding can leave it just below 0; NaN stays NaN
     } else {
-      var = widen_and_sum<false, XT>(job, r, row, 0.0f).d2 * inv_n;
+      var = widen_and_sum<false, XT, kScratch>(job, r, scratch, 0.0f).d2 * inv_n;
     }
     const float rstd = 1.0f / std::sqrt(var + job.eps);
     if (job.mean) job.mean[r] = shift + correction;
     if (job.rstd) job.rstd[r] = rstd;
     if (job.kind == NormKind::kLayerNorm) {
-      normalize_store<YT, true>(job, r, row, shift, correction, rstd, job.beta);
+      normalize_store<ST, YT, true>(job, r, row, shift, correction, rstd, job.beta);
     } else {
-      normalize_store<YT, false>(job, r, row, 0.0f, 0.0f, rstd, nullptr);
+      normalize_store<ST, YT, false>(job, r, row, 0.0f, 0.0f, rstd, nullptr);
     }
   }
 #if defined(__AVX2__) || defined(__AVX512F__)
   if (job.stream) _mm_sfence();  // the streamed lines reach memory before the pool reports the item done
 #endif
+}
+
+// Whether rows of `src` (x's dtype, `stride`) are still intact when read
+// after y's row is written: y elsewhere, or y exactly over them (the same
+// start, dtype and stride: each vector is read before it is written).
+inline bool survives_y(const detail::NormJob& job, const void* src, std::int64_t stride) {
+  const std::int64_t xs = static_cast<std::int64_t>(detail::norm_elem_bytes(job.x_dtype));
+  const std::int64_t ys = static_cast<std::int64_t>(detail::norm_elem_bytes(job.y_dtype));
+  const auto s = reinterpret_cast<std::uintptr_t>(src), y = reinterpret_cast<std::uintptr_t>(job.y);
+  const auto s_end = s + static_cast<std::uintptr_t>(((job.rows - 1) * stride + job.hidden) * xs);
+  const auto y_end = y + static_cast<std::uintptr_t>(((job.rows - 1) * job.y_stride + job.hidden) * ys);
+  if (y_end <= s || s_end <= y) return true;
+  return y == s && ys == xs && job.y_stride == stride;
+}
+
+template <DType XT, DType YT>
+inline void norm_rows_of(const detail::NormJob& job, std::int64_t r0, std::int64_t r1, float* scratch) {
+  const bool reread = !job.residual ? survives_y(job, job.x, job.x_stride) : job.sum && survives_y(job, job.sum, job.sum_stride);
+  if (reread) return norm_rows_from<XT, YT, false>(job, r0, r1, scratch);
+  return norm_rows_from<XT, YT, true>(job, r0, r1, scratch);
 }
 
 // The kernel for the job's x and y dtypes (each loop then converts without

@@ -156,6 +156,42 @@ TEST_P(NormPaths, NanRowsStridesInPlaceAndThreads) {
   }
 }
 
+// y written over the row it normalizes in another dtype (one row, so the
+// row is all there is): the kernel reads x (or the fused call's sum) again
+// after writing y only where y cannot have overwritten it, and otherwise
+// keeps the row in its scratch: y as with separate buffers.
+TEST_P(NormPaths, OutputOverTheRowInAnotherDtype) {
+  const DType other = dtype() == DType::kF32 ? DType::kBF16 : DType::kF32;
+  for (const bool fused : {false, true}) {
+    NormCase c = base(1, 1000);
+    c.residual = fused;
+    fa::cli::NormBuffers b = fa::cli::make_norm_buffers(c);
+    std::vector<float> apart(1000), shared(1000);  // room for 1000 of either dtype
+    fa::NormTensors t = b.tensors;
+    t.y = {apart.data(), other, 1, 1000, 0};
+    ASSERT_TRUE(fa::norm_forward(fa::cli::norm_params(c), t).ok());
+    // The row the later passes would read (x, or the sum the fused call
+    // writes) at the start of `shared`, and y there too.
+    if (fused) {
+      t.sum.data = shared.data();
+    } else {
+      std::memcpy(shared.data(), b.x.data(), 1000 * fa::dtype_size(dtype()));
+      t.x.data = shared.data();
+    }
+    t.y = {shared.data(), other, 1, 1000, 0};
+    ASSERT_TRUE(fa::norm_forward(fa::cli::norm_params(c), t).ok());
+    // Equal up to the rounding of the last operations (the two ways are
+    // compiled apart, and the compiler may fuse a multiply and an add in
+    // one and not the other); a row read after y overwrote it would be off
+    // by far more.
+    const double step = other == DType::kF32 ? 1e-6 : 1.0 / 128;
+    for (std::int64_t i = 0; i < 1000; ++i) {
+      const double a = fa::detail::load_as_f32(shared.data(), other, i), want = fa::detail::load_as_f32(apart.data(), other, i);
+      ASSERT_NEAR(a, want, step * (std::fabs(want) + 1e-3)) << (fused ? "fused" : "plain") << ", element " << i;
+    }
+  }
+}
+
 // The unfused calls' add writes the fused call's sum, bit for bit, and
 // refuses without a sum to write.
 TEST_P(NormPaths, ResidualAddWritesTheFusedSum) {
