@@ -1,14 +1,14 @@
 // The normalization kernels, written once over the attention kernels'
 // vector policy (flash_attention/kernels/vec_*.h, `Vec`) and compiled per
 // path by kernels/norm_<path>.cpp inside its own FA_KERNEL_NS, templated
-// on x's and y's dtypes.  A row is widened to fp32 into the thread's
-// scratch (with the residual added and rounded to x's dtype first) by the
-// pass that also takes its sums (LayerNorm: deviations from the row's first
-// element and their squares, a second pass over the scratch where that
-// element lies far from the mean; never E[x^2] - E[x]^2), then normalized
-// and stored in y's dtype.  The row stays in L1 or L2 between the passes,
-// so memory sees one read of x (and the residual) and one write of y (and
-// the sum).
+// on x's and y's dtypes.  The first pass reads the row (with the residual
+// added and rounded to x's dtype, stored as the sum) and takes its sums
+// (LayerNorm: deviations from the row's first element and their squares, a
+// second pass where that element lies far from the mean; never E[x^2] -
+// E[x]^2); the last normalizes and stores y in y's dtype.  The later passes
+// read the row again where it lies, x or the sum, from L1 or L2 (an fp32
+// scratch copy only where they cannot, see norm_rows_from), so memory sees
+// one read of x (and the residual) and one write of y (and the sum).
 #pragma once
 
 #include <cmath>
@@ -225,6 +225,7 @@ inline void norm_rows_from(const detail::NormJob& job, std::int64_t r0, std::int
 // after y's row is written: y elsewhere, or y exactly over them (the same
 // start, dtype and stride: each vector is read before it is written).
 inline bool survives_y(const detail::NormJob& job, const void* src, std::int64_t stride) {
+  if (job.rows <= 0 || job.hidden <= 0) return true;
   const std::int64_t xs = static_cast<std::int64_t>(detail::norm_elem_bytes(job.x_dtype));
   const std::int64_t ys = static_cast<std::int64_t>(detail::norm_elem_bytes(job.y_dtype));
   const auto s = reinterpret_cast<std::uintptr_t>(src), y = reinterpret_cast<std::uintptr_t>(job.y);
