@@ -2,7 +2,7 @@
 # and each path whose instruction sets this machine's CPU and kernel enable,
 # read from /proc/cpuinfo (Linux lists only what the kernel lets programs
 # use, so AVX-512 on a kernel that does not save its registers is absent).
-# The avx512bf16 path needs AVX512_BF16 and AVX512_VNNI; the amx path those
+# The avx512bf16 path needs AVX512_BF16, AVX512_VNNI and AVX512_VBMI; the amx path those
 # and AMX-TILE, AMX-BF16 and AVX512-FP16, or, with FA_AMX_EMULATION=ON, only
 # the former (its tiles then run as plain C++).
 # Without /proc/cpuinfo every path is built, as auto does.
@@ -27,7 +27,7 @@ function(fa_host_kernel_paths out)
     set(has_avx512 ON)
     list(APPEND paths avx512)
   endif()
-  if(has_avx512 AND "avx512_vnni" IN_LIST flags AND "avx512_bf16" IN_LIST flags)
+  if(has_avx512 AND "avx512_vnni" IN_LIST flags AND "avx512vbmi" IN_LIST flags AND "avx512_bf16" IN_LIST flags)
     list(APPEND paths avx512bf16)
     if(FA_AMX_EMULATION OR ("amx_tile" IN_LIST flags AND "amx_bf16" IN_LIST flags AND "avx512_fp16" IN_LIST flags))
       list(APPEND paths amx)

@@ -42,6 +42,7 @@ CpuFeatures detect() {
     f.avx512dq = b & (1u << 17);
     f.avx512bw = b & (1u << 30);
     f.avx512vl = b & (1u << 31);
+    f.avx512_vbmi = c & (1u << 1);
     f.avx512_vnni = c & (1u << 11);
     f.avx512_fp16 = d & (1u << 23);
     f.amx_bf16 = d & (1u << 22);
@@ -74,6 +75,7 @@ std::string cpu_feature_list() {
   add(f.avx512bw && f.os_avx512, "avx512bw");
   add(f.avx512vl && f.os_avx512, "avx512vl");
   add(f.avx512dq && f.os_avx512, "avx512dq");
+  add(f.avx512_vbmi && f.os_avx512, "avx512-vbmi");
   add(f.avx512_vnni && f.os_avx512, "avx512-vnni");
   add(f.avx512_bf16 && f.os_avx512, "avx512-bf16");
   add(f.avx512_fp16 && f.os_avx512, "avx512-fp16");

@@ -11,7 +11,7 @@ namespace fa::detail {
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
-  bool avx512_vnni = false, avx512_bf16 = false, avx512_fp16 = false;
+  bool avx512_vnni = false, avx512_vbmi = false, avx512_bf16 = false, avx512_fp16 = false;
   bool amx_tile = false, amx_bf16 = false;
   // Operating-system state saving (XCR0): vector registers usable at all.
   bool os_avx = false, os_avx512 = false, os_amx = false;
@@ -21,9 +21,12 @@ struct CpuFeatures {
   bool has_avx512_path() const {
     return has_avx2_path() && os_avx512 && avx512f && avx512bw && avx512vl && avx512dq;
   }
-  // AVX512_VNNI beside AVX512_BF16 (every CPU with the one has the other):
-  // the row path's int8-cache products are VPDPWSSD there.
-  bool has_avx512bf16_path() const { return has_avx512_path() && avx512_vnni && avx512_bf16; }
+  // AVX512_VNNI and AVX512_VBMI beside AVX512_BF16: the row path's int8-cache
+  // products are VPDPWSSD there, and an FP8 cache is widened to bf16 through
+  // VPERMI2B byte tables.  Every CPU with AVX512_BF16 has VNNI; all but Intel's
+  // Cooper Lake have VBMI (Zen 4, Sapphire Rapids and later), and on Cooper
+  // Lake the automatic choice never took this path (bf16_dot_outpaces_fma).
+  bool has_avx512bf16_path() const { return has_avx512_path() && avx512_vnni && avx512_vbmi && avx512_bf16; }
   // Whether VDPBF16PS outpaces the FMA loop, so the automatic choice may
   // take the avx512bf16 path: on AMD Zen 4 it does twice an FMA's work at
   // the FMA's rate (measured, docs/PERF.md); on Intel cores it runs at half

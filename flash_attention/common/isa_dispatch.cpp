@@ -80,7 +80,7 @@ const char* requirement(Isa isa) {
     case Isa::kGeneric: return "x86-64";
     case Isa::kAvx2: return "avx2+fma+f16c";
     case Isa::kAvx512: return "avx512f+avx512bw+avx512vl+avx512dq";
-    case Isa::kAvx512Bf16: return "avx512f+avx512bw+avx512vl+avx512dq+avx512-vnni+avx512-bf16";
+    case Isa::kAvx512Bf16: return "avx512f+avx512bw+avx512vl+avx512dq+avx512-vbmi+avx512-vnni+avx512-bf16";
     case Isa::kAmx: return FA_AMX_EMULATION ? "avx512f+avx512bw+avx512vl+avx512dq+avx512-bf16 (amx emulated)"
                                             : "amx-tile+amx-bf16+avx512-bf16+avx512-fp16";
   }
@@ -307,6 +307,10 @@ bool vector_widen(Isa isa, DType dtype, const void* in, float* out, int n, bool 
   if (!isa_available(isa)) return false;
   detail::kernel_table(isa)->widen_array(dtype, row_path, in, out, n);
   return true;
+}
+
+bool vector_widen_pairs(Isa isa, DType dtype, const void* in, float* out, int n, bool value_pairs) {
+  return isa_available(isa) && detail::kernel_table(isa)->widen_pairs_array(dtype, value_pairs, in, out, n);
 }
 
 }  // namespace fa::testing

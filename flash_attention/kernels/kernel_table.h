@@ -159,6 +159,11 @@ struct KernelTable {
   // loops widen K and V, or (row_path) as the row path does in registers
   // (tests check the 8-bit conversions).
   void (*widen_array)(DType dtype, bool row_path, const void* in, float* out, int n);
+  // n (a multiple of 128) FP8 codes widened to bf16 by the row path's byte
+  // tables, taken back to fp32 in order: as K is (value_pairs false: 64
+  // codes a step) or as V's key pairs (true: codes [0, 64) and [64, 128) of
+  // each 128 as two keys' rows).  False on paths without the tables.
+  bool (*widen_pairs_array)(DType dtype, bool value_pairs, const void* in, float* out, int n);
   // FMA throughput of this path's vector unit on the calling thread, GFLOP/s.
   double (*fma_peak_one_thread)(double seconds);
   // The matrix unit's bf16 throughput on the calling thread, GFLOP/s; null

@@ -92,6 +92,46 @@ inline void widen_array(DType dtype, bool row_path, const void* in, float* out, 
   }
 }
 
+// The row path's FP8 widening through byte tables (Fp8Pairs::load_k for K,
+// widen_fp8_key_pair for V), put back in order; see KernelTable.
+inline bool widen_pairs_array([[maybe_unused]] DType dtype, [[maybe_unused]] bool value_pairs,
+                              [[maybe_unused]] const void* in, [[maybe_unused]] float* out, [[maybe_unused]] int n) {
+#if defined(FA_HAVE_ROW_FP8)
+  if (!is_fp8(dtype) || n % 128 != 0) return false;
+  const Fp8Bf16Table table =
+      dtype == DType::kFP8E4M3 ? Fp8Bf16Table::of<DType::kFP8E4M3>() : Fp8Bf16Table::of<DType::kFP8E5M2>();
+  const auto* codes = static_cast<const std::uint8_t*>(in);
+  auto value = [](__m512bh v, int word) {
+    alignas(64) std::uint16_t w[32];
+    _mm512_store_si512(w, reinterpret_cast<__m512i>(v));
+    return detail::bf16_to_f32(w[word]);
+  };
+  for (int i = 0; i < n; i += 128) {
+    if (value_pairs) {
+      __m512bh vv[4];
+      widen_fp8_key_pair(_mm512_loadu_si512(codes + i), _mm512_loadu_si512(codes + i + 64), table, vv);
+      for (int d = 0; d < 64; ++d) {  // vector k, lane L, pair j: dim 16L + 4k + j
+        const int k = d % 16 / 4, pair = d / 16 * 4 + d % 4;
+        out[i + d] = value(vv[k], 2 * pair);
+        out[i + 64 + d] = value(vv[k], 2 * pair + 1);
+      }
+    } else {
+      const Fp8Pairs<false> pairs{table, 0};
+      for (int h = 0; h < 128; h += 64) {
+        const auto k = pairs.load_k(codes + i + h, 64);
+        for (int d = 0; d < 64; ++d) {
+          const int at = fp8_k_position(d);
+          out[i + h + d] = value(at < 32 ? k.first : k.second, at % 32);
+        }
+      }
+    }
+  }
+  return true;
+#else
+  return false;
+#endif
+}
+
 // Independent FMA chains (more than the FMA latency x pipes) on registers:
 // the vector unit's peak on this thread.
 // noinline: compiled on its own, so the chains stay in registers whatever the caller.

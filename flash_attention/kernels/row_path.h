@@ -266,10 +266,12 @@ inline float i16_probability_top(int cols) {
 // dot instruction a row and key, summed in the same order whatever NR.
 // P, the products: VPDPWSSD on int16 Q and an int8 K (I16Pairs: the scores
 // in the quantized units; the softmax applies Q's and K's scales with the
-// score scale), or VDPBF16PS on bf16 rows (Bf16Pairs).
+// score scale), or VDPBF16PS on bf16 rows (Bf16Pairs) or on an FP8 K widened
+// to bf16 (Fp8Pairs).  P::kStep dims a step.
 template <class P, int NR>
-inline void row_scores_pairs(const typename P::QElem* q, int ldq, int D, const typename P::KElem* k, std::int64_t ldk,
-                             int cols, float* s, std::int64_t lds, KvLineStream& next, int per_block) {
+inline void row_scores_pairs(const P& pairs, const typename P::QElem* q, int ldq, int D, const typename P::KElem* k,
+                             std::int64_t ldk, int cols, float* s, std::int64_t lds, KvLineStream& next,
+                             int per_block) {
   constexpr int KB = kKeyBlock;
   int c = 0;
   for (; c + KB <= cols; c += KB) {
@@ -280,15 +282,15 @@ inline void row_scores_pairs(const typename P::QElem* q, int ldq, int D, const t
 #pragma GCC unroll 4
       for (int j = 0; j < KB; ++j) acc[r][j] = P::zero();
     }
-    for (int d = 0; d < D; d += 32) {
-      typename P::Operand kv[KB];
+    for (int d = 0; d < D; d += P::kStep) {
+      typename P::KOperand kv[KB];
 #pragma GCC unroll 4
-      for (int j = 0; j < KB; ++j) kv[j] = P::load_k(k + (c + j) * ldk + d, D - d);
+      for (int j = 0; j < KB; ++j) kv[j] = pairs.load_k(k + (c + j) * ldk + d, D - d);
 #pragma GCC unroll 8
       for (int r = 0; r < NR; ++r) {
-        const typename P::Operand qv = P::load_q(q + r * ldq + d);
+        const typename P::QOperand qv = pairs.load_q(q + r * ldq + d);
 #pragma GCC unroll 4
-        for (int j = 0; j < KB; ++j) acc[r][j] = P::dot(acc[r][j], qv, kv[j]);
+        for (int j = 0; j < KB; ++j) acc[r][j] = pairs.dot(acc[r][j], qv, kv[j]);
       }
     }
 #pragma GCC unroll 8
@@ -300,7 +302,7 @@ inline void row_scores_pairs(const typename P::QElem* q, int ldq, int D, const t
     next.issue(per_block);
     for (int r = 0; r < NR; ++r) {
       typename P::Acc acc = P::zero();
-      for (int d = 0; d < D; d += 32) acc = P::dot(acc, P::load_q(q + r * ldq + d), P::load_k(k + c * ldk + d, D - d));
+      for (int d = 0; d < D; d += P::kStep) acc = pairs.dot(acc, pairs.load_q(q + r * ldq + d), pairs.load_k(k + c * ldk + d, D - d));
       s[r * lds + c] = _mm512_reduce_add_ps(P::sums(acc));
     }
   }
@@ -311,6 +313,9 @@ struct I16Pairs {
   using KElem = std::int8_t;
   using Acc = __m512i;
   using Operand = __m512i;
+  using QOperand = Operand;
+  using KOperand = Operand;
+  static constexpr int kStep = 32;
   static Acc zero() { return _mm512_setzero_si512(); }
   static Operand load_q(const QElem* p) { return _mm512_loadu_si512(p); }
   static Operand load_k(const KElem* p, int n) { return load_i8_as_i16(p, n); }
@@ -440,6 +445,9 @@ struct Bf16Pairs {
   using KElem = std::uint16_t;
   using Acc = __m512;
   using Operand = __m512bh;
+  using QOperand = Operand;
+  using KOperand = Operand;
+  static constexpr int kStep = 32;
   static Acc zero() { return _mm512_setzero_ps(); }
   static Operand load_q(const QElem* p) { return bf16_pairs(p); }
   static Operand load_k(const KElem* p, int) { return bf16_pairs(p); }
@@ -508,32 +516,227 @@ inline void pv_dot_chunk(float* o, int D, const float* alpha, bool first, const 
 // within a block head_dim in chunks of 64, so a block's V rows stay in L1
 // across its chunks.  Each element's sum runs over the key pairs in order,
 // whatever NR.
-template <int NR>
-inline void row_accumulate_dot(float* o, int D, const float* alpha, const std::uint16_t* p, std::int64_t ldp,
-                               const std::uint16_t* v, std::int64_t ldv, int cols, KvLineStream& next, int per_block) {
+// The key blocks of P·V on pairs: kPvKeys keys a block, and within a block
+// head_dim in chunks of `wide` dims (chunk.template operator()<true>(c0, c1,
+// d0)), the last one narrower where that covers it (<false>), so a block's
+// V rows stay in L1 across its chunks.
+template <class Chunk>
+inline void for_pv_pair_blocks(int D, int cols, int wide, KvLineStream& next, int per_block, Chunk&& chunk) {
   static_assert(kPvKeys % 2 == 0, "key pairs");
   for (int c0 = 0; c0 < cols; c0 += kPvKeys) {
     next.issue(per_block);
     const int c1 = c0 + kPvKeys < cols ? c0 + kPvKeys : cols;
-    const bool first = c0 == 0;
     int d0 = 0;
-    for (; d0 + 64 <= D; d0 += 64) pv_dot_chunk<NR, 2>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, cols, d0);
-    if (d0 < D) pv_dot_chunk<NR, 1>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, cols, d0);
+    for (; d0 + wide <= D; d0 += wide) chunk.template operator()<true>(c0, c1, d0);
+    if (d0 < D) chunk.template operator()<false>(c0, c1, d0);
   }
 }
 
+template <int NR>
+inline void row_accumulate_dot(float* o, int D, const float* alpha, const std::uint16_t* p, std::int64_t ldp,
+                               const std::uint16_t* v, std::int64_t ldv, int cols, KvLineStream& next, int per_block) {
+  for_pv_pair_blocks(D, cols, 64, next, per_block, [&]<bool kWide>(int c0, int c1, int d0) {
+    pv_dot_chunk<NR, kWide ? 2 : 1>(o, D, alpha, c0 == 0, p, ldp, v, ldv, c0, c1, cols, d0);
+  });
+}
+
 // Rows of fp32 probabilities to bf16 (round to nearest even), with a zero
-// after an odd count (pv_dot_chunk's last pair).
-inline void probabilities_to_bf16(const float* s, int cols, std::uint16_t* out) {
-  int c = 0;
-  for (; c + 16 <= cols; c += 16) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(s + c))));
+// after an odd count (pv_dot_chunk's last pair); with `rest`, also what
+// the bf16 leaves out (p - bf16(p), as bf16: p to about 2^-17 in the two).
+inline void probabilities_to_bf16(const float* s, int cols, std::uint16_t* out, std::uint16_t* rest = nullptr) {
+  for (int c = 0; c < cols; c += 16) {
+    const __mmask16 m = cols - c >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (cols - c)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(m, s + c);
+    const __m256i hi = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
+    _mm256_mask_storeu_epi16(out + c, m, hi);
+    if (rest) {
+      const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+      _mm256_mask_storeu_epi16(rest + c, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_sub_ps(x, back))));
+    }
   }
-  if (c < cols) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (cols - c)) - 1);
-    _mm256_mask_storeu_epi16(out + c, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, s + c))));
+  if (cols % 2 != 0) {
+    out[cols] = 0;
+    if (rest) rest[cols] = 0;
   }
-  if (cols % 2 != 0) out[cols] = 0;
+}
+#endif
+
+#if defined(FA_HAVE_ROW_DOT) && defined(__AVX512VBMI__)
+// An FP8 cache with bf16 or fp16 Q on a CPU with VDPBF16PS and VBMI (the
+// avx512bf16 and amx paths): the row path's two products as bf16 pair dot
+// products on K and V widened to bf16 in registers through byte tables
+// (Fp8Bf16Table), exactly: the values themselves, NaN and subnormals
+// included, so no NaN scan and no units.  Against the FMA products, whose
+// F16C widening took five instructions for 16 values, this is four for 64
+// and a dot instruction per 32 products: decoding over such a cache reads
+// half the bf16 cache's bytes, and the products now keep up with them.
+// head_dim a multiple of 64 (the widening's step; others keep the FMA
+// products).
+//
+// The widened values come out in a fixed order within each 64 dims (the
+// tables' unpacks work within 128-bit lanes), which the products absorb:
+// Q's rows are packed in K's order (pack_q_fp8_order), and O is kept in
+// V's order while the item runs and put back at its end
+// (unorder_fp8_dims).  fp16 Q is split into a bf16 high part and the bf16
+// of the rest (exact: fp16's 11 significant bits fit in two bf16s), one dot
+// instruction each, so Q's products are exact for both dtypes.  P is
+// rounded to bf16 for P·V as on the bf16 row path with bf16 Q, and split in
+// two likewise with fp16 Q (to about 2^-17): rounded to one bf16, it put
+// fp16 calls at 1.3e-3 relative L2 against 2.1e-4 on the FMA products, most
+// of fp16's 2e-3 bound.
+#define FA_HAVE_ROW_FP8 1
+
+// Dim d of a 64-dim chunk of K widened by Fp8Pairs::load_k lands at word
+// fp8_k_position(d) of the two vectors' 64: within each 128-bit lane the low 8
+// codes go to the first vector, the high 8 to the second.
+inline constexpr int fp8_k_position(int d) { return (d % 16 < 8 ? 0 : 32) + (d / 16) * 8 + d % 8; }
+
+// Row x (D values, D a multiple of 64) as bf16 in K's order; with kSplit
+// (fp16 Q) the rest x - bf16(x) as bf16 in out[D, 2D) (zero where x is not
+// finite: the high part carries its Inf or NaN).
+template <DType DT, bool kSplit>
+inline void pack_q_fp8_order(const char* x, int D, std::uint16_t* out) {
+  for (int d = 0; d < D; ++d) {
+    const float f = load_scalar<DT>(x, d);
+    const std::uint16_t hi = detail::f32_to_bf16(f);
+    const int at = d / 64 * 64 + fp8_k_position(d % 64);
+    out[at] = hi;
+    if constexpr (kSplit) out[D + at] = std::isfinite(f) ? detail::f32_to_bf16(f - detail::bf16_to_f32(hi)) : 0;
+  }
+}
+
+// Q·Kᵀ on an FP8 K (row_scores_pairs): 64 dims a step, the widened K as two
+// vectors of bf16 pairs, Q's rows in that order (and with kSplit Q's low
+// parts lo_offset elements after each row's high part).
+template <bool kSplit>
+struct Fp8Pairs {
+  using QElem = std::uint16_t;
+  using KElem = std::uint8_t;
+  using Acc = __m512;
+  struct KOperand {
+    __m512bh first, second;
+  };
+  struct QOperand {
+    __m512bh first, second, first_lo, second_lo;
+  };
+  static constexpr int kStep = 64;
+  Fp8Bf16Table table;
+  int lo_offset;
+
+  static Acc zero() { return _mm512_setzero_ps(); }
+  KOperand load_k(const KElem* p, int) const {
+    __m512i lo, hi;
+    table.widen(_mm512_loadu_si512(p), lo, hi);
+    return {reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(lo, hi)), reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lo, hi))};
+  }
+  QOperand load_q(const QElem* p) const {
+    QOperand q{bf16_pairs(p), bf16_pairs(p + 32), {}, {}};
+    if constexpr (kSplit) {
+      q.first_lo = bf16_pairs(p + lo_offset);
+      q.second_lo = bf16_pairs(p + lo_offset + 32);
+    }
+    return q;
+  }
+  Acc dot(Acc acc, const QOperand& q, const KOperand& k) const {
+    acc = _mm512_dpbf16_ps(acc, q.first, k.first);
+    acc = _mm512_dpbf16_ps(acc, q.second, k.second);
+    if constexpr (kSplit) {
+      acc = _mm512_dpbf16_ps(acc, q.first_lo, k.first);
+      acc = _mm512_dpbf16_ps(acc, q.second_lo, k.second);
+    }
+    return acc;
+  }
+  static __m512 sums(Acc acc) { return acc; }
+};
+
+// Two keys' 64 codes each (a: key c's dims d0..d0+63, b: key c+1's), as
+// four vectors of bf16 key pairs (key c's value in each pair's low half):
+// interleaved byte by byte, then widened, so vector k holds in lane L the
+// pairs of dims 16L + 4k + j (j < 4).
+inline void widen_fp8_key_pair(__m512i a, __m512i b, const Fp8Bf16Table& table, __m512bh* vv) {
+  __m512i lo, hi;
+  table.widen(_mm512_unpacklo_epi8(a, b), lo, hi);
+  vv[0] = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(lo, hi));
+  vv[1] = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lo, hi));
+  table.widen(_mm512_unpackhi_epi8(a, b), lo, hi);
+  vv[2] = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(lo, hi));
+  vv[3] = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lo, hi));
+}
+
+// NC x 64 dims from d0 of NR rows over keys [c0, c1) (c0 even), as
+// pv_dot_chunk on an FP8 V widened by widen_fp8_key_pair: accumulator k of
+// a 64-dim chunk holds dims 16L + 4k + j (lane L, element j), which o keeps
+// in that order (unorder_fp8_dims).  With kSplit (fp16 Q) each row's
+// probabilities come as two bf16 rows, the second (what the first leaves
+// out) p_rest elements after it, one dot instruction each.
+template <int NR, int NC, bool kSplit>
+inline void pv_fp8_chunk(float* o, int D, const float* alpha, bool first, const std::uint16_t* p, std::int64_t ldp,
+                         std::int64_t p_rest, const std::uint8_t* v, std::int64_t ldv, int c0, int c1, int cols, int d0,
+                         const Fp8Bf16Table& table) {
+  __m512 acc[NR][4 * NC];
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) {
+    const __m512 va = _mm512_set1_ps(alpha[r]);
+#pragma GCC unroll 8
+    for (int k = 0; k < 4 * NC; ++k) {
+      acc[r][k] = _mm512_loadu_ps(o + r * D + d0 + k * 16);
+      if (first) acc[r][k] = _mm512_mul_ps(acc[r][k], va);
+    }
+  }
+  for (int c = c0; c < c1; c += 2) {
+    __m512bh vv[4 * NC];
+#pragma GCC unroll 2
+    for (int k = 0; k < NC; ++k) {
+      const __m512i a = _mm512_loadu_si512(v + c * ldv + d0 + k * 64);
+      const __m512i b = c + 1 < cols ? _mm512_loadu_si512(v + (c + 1) * ldv + d0 + k * 64) : _mm512_setzero_si512();
+      widen_fp8_key_pair(a, b, table, vv + 4 * k);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+      std::int32_t pair;
+      __builtin_memcpy(&pair, p + r * ldp + c, sizeof pair);
+      const __m512bh pr = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+#pragma GCC unroll 8
+      for (int k = 0; k < 4 * NC; ++k) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], pr, vv[k]);
+      if constexpr (kSplit) {
+        __builtin_memcpy(&pair, p + r * ldp + p_rest + c, sizeof pair);
+        const __m512bh rest = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+#pragma GCC unroll 8
+        for (int k = 0; k < 4 * NC; ++k) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], rest, vv[k]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) {
+#pragma GCC unroll 8
+    for (int k = 0; k < 4 * NC; ++k) _mm512_storeu_ps(o + r * D + d0 + k * 16, acc[r][k]);
+  }
+}
+
+// row_accumulate on an FP8 V and bf16 P (pv_fp8_chunk): 128 dims a chunk
+// for a single row, 64 for more (the accumulators, four a 64-dim chunk and
+// row, and the table's four registers share the 32).
+template <int NR, bool kSplit>
+inline void row_accumulate_fp8(float* o, int D, const float* alpha, const std::uint16_t* p, std::int64_t ldp,
+                               std::int64_t p_rest, const std::uint8_t* v, std::int64_t ldv, int cols,
+                               KvLineStream& next, int per_block, const Fp8Bf16Table& table) {
+  constexpr int kWide = NR == 1 ? 2 : 1;
+  for_pv_pair_blocks(D, cols, 64 * kWide, next, per_block, [&]<bool kIsWide>(int c0, int c1, int d0) {
+    pv_fp8_chunk<NR, kIsWide ? kWide : 1, kSplit>(o, D, alpha, c0 == 0, p, ldp, p_rest, v, ldv, c0, c1, cols, d0, table);
+  });
+}
+
+// Row o (D floats) from pv_fp8_chunk's order back to head_dim order: within
+// each 64 dims, position 16k + 4L + j holds dim 16L + 4k + j (a transpose
+// of 4 x 4 blocks of four, its own inverse).
+inline void unorder_fp8_dims(float* o, int D) {
+  for (int d0 = 0; d0 < D; d0 += 64) {
+    float t[64];
+    std::memcpy(t, o + d0, sizeof t);
+    for (int k = 0; k < 4; ++k) {
+      for (int L = 0; L < 4; ++L) std::memcpy(o + d0 + 16 * L + 4 * k, t + 16 * k + 4 * L, 4 * sizeof(float));
+    }
+  }
 }
 #endif
 
@@ -679,6 +882,33 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
     }
   }
 #endif
+  // An FP8 cache with 16-bit Q: the products as pair dot products on K and V
+  // widened to bf16 through byte tables (Fp8Pairs, row_accumulate_fp8), Q's
+  // bf16 rows (two a row for fp16: high and low parts) in K's order where
+  // the fp32 rows would be, the bf16 probabilities in the V buffer.  The
+  // widened values are exact, so the scores and O need no units (unit).
+#if defined(FA_HAVE_ROW_FP8)
+  constexpr bool kFp8Types = is_fp8(KDT) && (DT == DType::kBF16 || DT == DType::kF16);
+  constexpr bool kSplitQ = DT == DType::kF16;
+  // fp16 Q's probabilities as two bf16 rows each (pv_fp8_chunk), so each row takes 2 ldp.
+  const std::int64_t ldp8 = kSplitQ ? 2 * ldp : ldp;
+  const bool fp8dot = kFp8Types && D % 64 == 0 && std::int64_t(head_rows) * ldp8 <= 2 * std::int64_t(tkv) * D;
+  Fp8Bf16Table fp8_table{};
+  if constexpr (kFp8Types) fp8_table = Fp8Bf16Table::of<KDT>();
+  const Fp8Pairs<kSplitQ> fp8_pairs{fp8_table, D};
+  const int ldq8 = kSplitQ ? 2 * D : D;
+  auto* q8 = reinterpret_cast<std::uint16_t*>(w.qt);  // [total_rows][ldq8]
+  if (fp8dot) {
+    for (int rr = 0; rr < total_rows; ++rr) {
+      const char* qrow = qbase + ((head_of(rr) - h) * job.q_strides[1] + (rr % rows) * job.q_strides[2]) * es;
+      pack_q_fp8_order<DT, kSplitQ>(qrow, D, q8 + rr * ldq8);
+    }
+  }
+  const float unit = fp8dot ? 1.0f : kUnit;
+#else
+  [[maybe_unused]] constexpr bool fp8dot = false;
+  constexpr float unit = kUnit;
+#endif
   // An int8 cache on AVX-512: the products in integers (row_scores_pairs<I16Pairs>,
   // row_accumulate_i8), but for a tile whose scales are not all finite, or
   // whose probabilities are not, which takes the fp32 products (the NaN
@@ -736,11 +966,11 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
       bool fused = kFused;
 #if defined(FA_HAVE_SIMD_CONVERT)
       if constexpr (KDT == DType::kFP8E4M3) {
-        fused = !e4m3_rows_have_nan(kin, job.k_strides[2], cols, D) && !e4m3_rows_have_nan(vin, job.v_strides[2], cols, D);
+        fused = fp8dot || (!e4m3_rows_have_nan(kin, job.k_strides[2], cols, D) && !e4m3_rows_have_nan(vin, job.v_strides[2], cols, D));
       }
 #endif
       const KvTile kv = fused ? KvTile{} : load_kv_tile<DT, kPrefetch>(job, w, kb, vb, b, j0, cols, kv_end, scales);
-      if (kFused && !fused) {
+      if (kFused && !fused) {  // (never with fp8dot)
         for (std::int64_t i = 0; i < std::int64_t(cols) * D; ++i) {
           w.kbuf[i] *= kUnit;
           w.vbuf[i] *= kUnit;
@@ -783,8 +1013,17 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
 #if defined(FA_HAVE_ROW_I8)
         if constexpr (kI8Types) {
           if (tile_i8) {
-            row_scores_pairs<I16Pairs, NR>(q16 + (first + r0) * Dp, Dp, D, kin, job.k_strides[2], cols, s + r0 * lds,
+            row_scores_pairs<I16Pairs, NR>(I16Pairs{}, q16 + (first + r0) * Dp, Dp, D, kin, job.k_strides[2], cols, s + r0 * lds,
                                            lds, next, per_block);
+            return;
+          }
+        }
+#endif
+#if defined(FA_HAVE_ROW_FP8)
+        if constexpr (kFp8Types) {
+          if (fp8dot) {
+            row_scores_pairs<Fp8Pairs<kSplitQ>, NR>(fp8_pairs, q8 + (first + r0) * ldq8, ldq8, D, kin, job.k_strides[2],
+                                                    cols, s + r0 * lds, lds, next, per_block);
             return;
           }
         }
@@ -792,7 +1031,7 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
 #if defined(FA_HAVE_ROW_DOT)
         if constexpr (kDotTypes) {
           if (dot) {
-            row_scores_pairs<Bf16Pairs, NR>(qh + (first + r0) * D, D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds,
+            row_scores_pairs<Bf16Pairs, NR>(Bf16Pairs{}, qh + (first + r0) * D, D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds,
                                             next, per_block);
             return;
           }
@@ -814,7 +1053,7 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
         const int rr = first + r;
         const std::int64_t i = query_of(rr), head = head_of(rr);
         float* srow = s + r * lds;
-        const float scale = score_scale(job, head) / kUnit;
+        const float scale = score_scale(job, head) / unit;
 #if defined(FA_HAVE_ROW_I8)
         if (tile_i8) {  // the integer scores' units: Q's scale and each key's K scale
           const float qk = scale * q_scale[rr];
@@ -852,6 +1091,9 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
 #if defined(FA_HAVE_ROW_DOT)
         if (dot) probabilities_to_bf16(srow, cols, pb + r * ldp);
 #endif
+#if defined(FA_HAVE_ROW_FP8)
+        if (fp8dot) probabilities_to_bf16(srow, cols, pb + r * ldp8, kSplitQ ? pb + r * ldp8 + ldp : nullptr);
+#endif
 #if defined(FA_HAVE_ROW_I8)
         if (tile_i8) {
           p_scale[r] = probabilities_to_i16(srow, vscale.p, cols, i16_probability_top(cols), p16 + r * ldp);
@@ -868,6 +1110,15 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
           if (pv_i8) {
             row_accumulate_i8<NR>(orows, D, alpha, p_scale + r0, p16 + r0 * ldp, ldp, vin, job.v_strides[2], cols, next,
                                   per_block);
+            return;
+          }
+        }
+#endif
+#if defined(FA_HAVE_ROW_FP8)
+        if constexpr (kFp8Types) {
+          if (fp8dot) {
+            row_accumulate_fp8<NR, kSplitQ>(orows, D, alpha, pb + r0 * ldp8, ldp8, ldp, vin, job.v_strides[2], cols, next,
+                                            per_block, fp8_table);
             return;
           }
         }
@@ -898,10 +1149,15 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
     for (int rr = 0; rr < total_rows; ++rr) unpair_dims(o + rr * D, D);
   }
 #endif
+#if defined(FA_HAVE_ROW_FP8)
+  if (fp8dot) {
+    for (int rr = 0; rr < total_rows; ++rr) unorder_fp8_dims(o + rr * D, D);
+  }
+#endif
   const std::int64_t BH = job.batch * job.heads;
   for (int rr = 0; rr < total_rows; ++rr) {
     const std::int64_t i = query_of(rr), head = head_of(rr), bh = b * job.heads + head;
-    const float den = row_denominator(w.l[rr]) / (output_scale(job, head) / kUnit);  // V's descale (FP8) or 1
+    const float den = row_denominator(w.l[rr]) / (output_scale(job, head) / unit);  // V's descale (FP8) or 1
     const float lse = row_lse(w.m[rr], w.l[rr]);
     if (job.num_splits > 1) {
       float* po = job.partial_o + ((split * BH + bh) * job.seq_q + i) * D;

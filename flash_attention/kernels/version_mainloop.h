@@ -37,6 +37,7 @@ inline constexpr detail::KernelTable kernel_table_of(Isa isa, const char* name, 
           &run_jobs<VersionLoop>,
           &exp2_array,
           &widen_array,
+          &widen_pairs_array,
           &fma_peak_one_thread,
           matrix_peak,
           &read_rate_one_thread};

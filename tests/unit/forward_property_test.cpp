@@ -584,7 +584,8 @@ INSTANTIATE_TEST_SUITE_P(Fp8, NonFiniteInputs,
 // The NaN rule through a quantized cache: a NaN in K or V key 70 of K/V
 // head 0 (int8: its row's scale turns NaN; FP8: the NaN code; head_dim 96,
 // K's NaN in the first 64 bytes of its row, V's in the last 32, the two
-// parts of the row path's e4m3 scan on AVX-512), or in query 0 of head 0
+// parts of the row path's e4m3 scan on AVX-512; and head_dim 128, where
+// FP8 takes the pair products' byte tables), or in query 0 of head 0
 // (which the int8 row path's integer products cannot carry: its item takes
 // the fp32 products, the other heads packed with it still right), reaches
 // exactly the output elements the reference on the dequantized cache says,
@@ -596,7 +597,9 @@ TEST_P(QuantizedCacheNan, ReachesWhatTheReferenceSays) {
   const auto [isa, kv_dtype, tensor, seq_q] = GetParam();
   SKIP_UNLESS_AVAILABLE(isa);
   if (kFa1) GTEST_SKIP() << "FA1 has no quantized cache";
-  const std::int64_t Sq = seq_q, Skv = kNanSeqKv, H = kNanHeads, Hkv = kNanKvHeads, D = 96;
+  for (const std::int64_t D : {96, 128}) {
+  SCOPED_TRACE("head_dim " + std::to_string(D));
+  const std::int64_t Sq = seq_q, Skv = kNanSeqKv, H = kNanHeads, Hkv = kNanKvHeads;
   const std::int64_t nan_dim = tensor == 'V' ? 70 : 5;
   fa::AttentionParams p = nan_case_params(Sq);
   p.head_dim = D;
@@ -642,6 +645,7 @@ TEST_P(QuantizedCacheNan, ReachesWhatTheReferenceSays) {
   }
   EXPECT_GT(nan_elements, 0);
   EXPECT_LE(std::sqrt(err2 / ref2), fa::cli::rel_l2_bound(DType::kBF16));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, QuantizedCacheNan,
@@ -1087,6 +1091,60 @@ TEST_P(EdgeCases, Int8CacheOnTheRowPath) {
   ASSERT_TRUE(st.ok()) << st.message();
   for (std::int64_t i = 0; i < H * D; ++i) {
     ASSERT_EQ(fa::detail::load_as_f32(ob.data(), dtype(), i), i % 2 ? 3.0f : -3.0f) << "element " << i;
+  }
+}
+
+// An FP8 cache read with 16-bit Q on the row path, whose products are bf16
+// pair dot products where the CPU has VDPBF16PS and VBMI (K and V widened
+// through byte tables, head_dim a multiple of 64): each format, head_dims
+// 64 to 256, GQA groups of 1 to 16 rows a K/V head (every register block),
+// odd key counts (a key pair's missing partner), paged caches, splits,
+// BSH and BNSD; then large logits, where Q's products must be exact (fp16
+// Q is split into two bf16s: rounded to one, a score of a few hundred
+// moves by about one, and with it its probability by a factor of e).
+// fp16 calls are held to a fifth of fp16's bound (the products exact).
+TEST_P(EdgeCases, Fp8CacheOnTheRowPath) {
+  if (kFa1) GTEST_SKIP() << "FA1 has no quantized cache";
+  if (dtype() == DType::kF32) GTEST_SKIP() << "a quantized cache is read with fp16 or bf16 Q";
+  struct Shape {
+    int seq_q, heads, kv_heads, head_dim, seq_kv, splits, block;
+    Layout layout;
+    double input_scale;
+  };
+  for (const DType kv : {DType::kFP8E4M3, DType::kFP8E5M2}) {
+    for (const Shape& s : {Shape{1, 8, 8, 128, 77, 1, 0, Layout::kBNSD, 1.0}, Shape{1, 32, 8, 64, 333, 3, 0, Layout::kBSH, 1.0},
+                           Shape{2, 8, 4, 128, 129, 2, 32, Layout::kBSH, 1.0}, Shape{4, 8, 2, 64, 301, 1, 0, Layout::kBSND, 1.0},
+                           Shape{1, 16, 2, 256, 200, 1, 16, Layout::kBNSD, 1.0}, Shape{3, 6, 2, 192, 95, 2, 0, Layout::kBSH, 1.0},
+                           Shape{1, 4, 1, 128, 257, 1, 0, Layout::kBNSD, 12.0}, Shape{2, 4, 4, 64, 99, 1, 0, Layout::kBSH, 12.0}}) {
+      CaseSpec c;
+      c.dtype = dtype();
+      c.kv_dtype = kv;
+      c.seed = 950 + s.head_dim + s.seq_kv;
+      c.layout = s.layout;
+      c.mask = s.seq_q > 1 ? MaskMode::kCausal : MaskMode::kNone;
+      c.with_sinks = s.seq_kv == 129;
+      c.paged_block_size = s.block;
+      c.input_scale = s.input_scale;
+      fa::AttentionParams& p = c.params;
+      p.batch = 2;
+      p.seq_q = s.seq_q;
+      p.seq_kv = s.seq_kv;
+      p.num_heads = s.heads;
+      p.num_kv_heads = s.kv_heads;
+      p.head_dim = s.head_dim;
+      p.num_splits = s.splits;
+      if (s.block) p.tile_kv = s.block;
+      p.isa = isa();
+      const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
+      ASSERT_TRUE(r.status.ok()) << r.status.message();
+      EXPECT_EQ(r.nonfinite, 0) << fa::cli::describe(c);
+      // fp16: the products exact on every path (Q and P split in two bf16s
+      // on the pair products), so O's error is about its own rounding
+      // (2.1e-4 here; P rounded to one bf16 gave 1.3e-3).
+      const double bound = dtype() == DType::kF16 ? 4e-4 : fa::cli::rel_l2_bound(dtype());
+      EXPECT_LE(r.rel_l2_error, bound) << fa::cli::describe(c);
+      EXPECT_LE(r.lse_max_error, fa::cli::lse_bound(dtype())) << fa::cli::describe(c);
+    }
   }
 }
 

@@ -130,4 +130,40 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, Fp8Widening,
                                   (std::get<2>(info.param) ? "_row_path" : "_tile_loops");
                          });
 
+// The row path's FP8 widening to bf16 through byte tables (the avx512bf16
+// and amx paths), every code, as K and as V's key pairs: each is exactly
+// the scalar decoding, sign and NaN included, in its place.
+class Fp8PairWidening : public ::testing::TestWithParam<std::tuple<fa::Isa, fa::DType, bool>> {};
+
+TEST_P(Fp8PairWidening, EveryCodeAsTheScalarDecoding) {
+  const auto [isa, dtype, value_pairs] = GetParam();
+  std::vector<std::uint8_t> codes(512);
+  // Every code twice, in two places (in order, then permuted).
+  for (int i = 0; i < 512; ++i) codes[i] = static_cast<std::uint8_t>(i < 256 ? i : (i * 37 + 11) % 256);
+  std::vector<float> out(512);
+  if (!fa::testing::vector_widen_pairs(isa, dtype, codes.data(), out.data(), 512, value_pairs)) {
+    GTEST_SKIP() << "no FP8 byte tables on this path";
+  }
+  for (int i = 0; i < 512; ++i) {
+    const float want = dtype == fa::DType::kFP8E4M3 ? fp8_e4m3_to_f32(codes[i]) : fp8_e5m2_to_f32(codes[i]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(out[i])) << "code " << int(codes[i]) << " at " << i;
+    } else {
+      EXPECT_EQ(out[i], want) << "code " << int(codes[i]) << " at " << i;
+      EXPECT_EQ(std::signbit(out[i]), std::signbit(want)) << "code " << int(codes[i]) << " at " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, Fp8PairWidening,
+                         ::testing::Combine(::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512,
+                                                              fa::Isa::kAvx512Bf16, fa::Isa::kAmx),
+                                            ::testing::Values(fa::DType::kFP8E4M3, fa::DType::kFP8E5M2),
+                                            ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
+                                  std::string(fa::dtype_name(std::get<1>(info.param))) +
+                                  (std::get<2>(info.param) ? "_as_v_pairs" : "_as_k");
+                         });
+
 }  // namespace

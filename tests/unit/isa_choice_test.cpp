@@ -18,7 +18,7 @@ fa::detail::CpuFeatures avx512_cpu(bool amd, bool bf16) {
   f.avx2 = f.fma = f.f16c = true;
   f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = true;
   f.os_avx = f.os_avx512 = true;
-  f.avx512_vnni = f.avx512_bf16 = bf16;  // every CPU with AVX512_BF16 has AVX512_VNNI
+  f.avx512_vnni = f.avx512_vbmi = f.avx512_bf16 = bf16;  // Zen 4 and Sapphire Rapids have all three
   f.amd = amd;
   return f;
 }
@@ -33,6 +33,9 @@ TEST(IsaChoice, Bf16DotRanksFirstOnlyWhereItOutpacesTheFma) {
   fa::detail::CpuFeatures no_vnni = avx512_cpu(true, true);
   no_vnni.avx512_vnni = false;  // the path's int8-cache products are VPDPWSSD
   EXPECT_FALSE(no_vnni.has_avx512bf16_path());
+  fa::detail::CpuFeatures cooper_lake = avx512_cpu(false, true);
+  cooper_lake.avx512_vbmi = false;  // an FP8 cache's widening is VPERMI2B
+  EXPECT_FALSE(cooper_lake.has_avx512bf16_path());
 }
 
 TEST(IsaChoice, AutomaticChoiceOnThisCpu) {

@@ -15,4 +15,11 @@ FA_API bool vector_exp2(Isa isa, const float* in, float* out, int n);
 // path is not available.
 FA_API bool vector_widen(Isa isa, DType dtype, const void* in, float* out, int n, bool row_path = false);
 
+// out[i] = FP8 code i of `in` widened to bf16 (then fp32) by `isa`'s row
+// path through its byte tables, as it widens K (64 codes a step) or, with
+// `value_pairs`, V (codes [0, 64) and [64, 128) of each 128 as two keys'
+// rows, widened as key pairs); n a multiple of 128.  False when the path
+// is not available or widens no FP8 that way.
+FA_API bool vector_widen_pairs(Isa isa, DType dtype, const void* in, float* out, int n, bool value_pairs);
+
 }  // namespace fa::testing
