@@ -59,10 +59,9 @@ std::string kernel_id(fa::Isa isa, bool matrix) {
 // The Kernel line: the path, and on the paths with a bf16 engine (amx,
 // avx512bf16) which units the products and the softmax use; for an int8
 // cache on the AVX-512 paths, the row path's integer products; for an FP8
-// cache on the bf16 engines' paths (head_dim a multiple of 64), the row
-// path's pair products on the cache widened to bf16.
-std::string kernel_name(fa::Isa isa, bool matrix, fa::DType dtype, std::optional<fa::DType> kv_dtype,
-                        std::int64_t head_dim) {
+// cache on the bf16 engines' paths, the row path's pair products on the
+// cache widened to bf16.
+std::string kernel_name(fa::Isa isa, bool matrix, fa::DType dtype, std::optional<fa::DType> kv_dtype) {
   const bool avx512 = isa == fa::Isa::kAvx512 || isa == fa::Isa::kAvx512Bf16 || isa == fa::Isa::kAmx;
   if (kv_dtype == fa::DType::kI8 && avx512) {
     return std::string(fa::isa_name(isa)) + (isa == fa::Isa::kAvx512 ? " (int8 cache: decoding's products as VPMADDWD on int16"
@@ -71,13 +70,11 @@ std::string kernel_name(fa::Isa isa, bool matrix, fa::DType dtype, std::optional
   }
   if (isa != fa::Isa::kAmx && isa != fa::Isa::kAvx512Bf16) return std::string(fa::isa_name(isa));
   std::vector<std::string> notes;
-  if (kv_dtype && head_dim % 64 == 0) {
+  if (kv_dtype) {
     notes.push_back(std::string(fa::dtype_name(*kv_dtype)) +
                     " cache: decoding's products as VDPBF16PS on K and V widened to bf16 by byte tables" +
                     (dtype == fa::DType::kF16 ? ", fp16 Q and P as two bf16s each" : "") +
                     "; longer queries on AVX-512 FMA");
-  } else if (kv_dtype) {
-    notes.push_back(std::string(fa::dtype_name(*kv_dtype)) + " cache: products on AVX-512 FMA");
   } else if (!matrix) {
     if (dtype == fa::DType::kBF16 || (isa == fa::Isa::kAmx && dtype == fa::DType::kF16)) {
       notes.push_back("products on AVX-512 FMA: the pair path needs head_dim a multiple of 32");
@@ -660,7 +657,7 @@ int run(int argc, char** argv) {
                     p.cu_seqlens_q || p.seqlens_kv ? " (the longest sequence's; each sequence in chunks of that size)" : "");
       std::cout << line;
     }
-    std::cout << "Kernel: " << kernel_name(isa, matrix, o.dtype, o.kv_dtype, o.params.head_dim) << "\n";
+    std::cout << "Kernel: " << kernel_name(isa, matrix, o.dtype, o.kv_dtype) << "\n";
     run.write_text(std::cout);
     if (o.append) {
       std::snprintf(line, sizeof line, "Append: %.4f ms for %lld new tokens' K/V rows (append_kv_cache, %d runs)\n",

@@ -518,24 +518,24 @@ inline void pv_dot_chunk(float* o, int D, const float* alpha, bool first, const 
 // whatever NR.
 // The key blocks of P·V on pairs: kPvKeys keys a block, and within a block
 // head_dim in chunks of `wide` dims (chunk.template operator()<true>(c0, c1,
-// d0)), the last one narrower where that covers it (<false>), so a block's
-// V rows stay in L1 across its chunks.
+// d0)), then of `narrow` (<false>) for the rest, so a block's V rows stay
+// in L1 across its chunks.
 template <class Chunk>
-inline void for_pv_pair_blocks(int D, int cols, int wide, KvLineStream& next, int per_block, Chunk&& chunk) {
+inline void for_pv_pair_blocks(int D, int cols, int wide, int narrow, KvLineStream& next, int per_block, Chunk&& chunk) {
   static_assert(kPvKeys % 2 == 0, "key pairs");
   for (int c0 = 0; c0 < cols; c0 += kPvKeys) {
     next.issue(per_block);
     const int c1 = c0 + kPvKeys < cols ? c0 + kPvKeys : cols;
     int d0 = 0;
     for (; d0 + wide <= D; d0 += wide) chunk.template operator()<true>(c0, c1, d0);
-    if (d0 < D) chunk.template operator()<false>(c0, c1, d0);
+    for (; d0 < D; d0 += narrow) chunk.template operator()<false>(c0, c1, d0);
   }
 }
 
 template <int NR>
 inline void row_accumulate_dot(float* o, int D, const float* alpha, const std::uint16_t* p, std::int64_t ldp,
                                const std::uint16_t* v, std::int64_t ldv, int cols, KvLineStream& next, int per_block) {
-  for_pv_pair_blocks(D, cols, 64, next, per_block, [&]<bool kWide>(int c0, int c1, int d0) {
+  for_pv_pair_blocks(D, cols, 64, 32, next, per_block, [&]<bool kWide>(int c0, int c1, int d0) {
     pv_dot_chunk<NR, kWide ? 2 : 1>(o, D, alpha, c0 == 0, p, ldp, v, ldv, c0, c1, cols, d0);
   });
 }
@@ -569,9 +569,10 @@ inline void probabilities_to_bf16(const float* s, int cols, std::uint16_t* out, 
 // included, so no NaN scan and no units.  Against the FMA products, whose
 // F16C widening took five instructions for 16 values, this is four for 64
 // and a dot instruction per 32 products: decoding over such a cache reads
-// half the bf16 cache's bytes, and the products now keep up with them.
-// head_dim a multiple of 64 (the widening's step; others keep the FMA
-// products).
+// half the bf16 cache's bytes, and with one row a K/V head the products
+// now keep up with them.  Any head_dim: the last 64 dims of a row are read
+// with a mask, and Q's rows and O are kept padded to 64 (past the
+// Workspace where head_dim is not a multiple of 64: row_path_fp8_floats).
 //
 // The widened values come out in a fixed order within each 64 dims (the
 // tables' unpacks work within 128-bit lanes), which the products absorb:
@@ -591,23 +592,30 @@ inline void probabilities_to_bf16(const float* s, int cols, std::uint16_t* out, 
 // codes go to the first vector, the high 8 to the second.
 inline constexpr int fp8_k_position(int d) { return (d % 16 < 8 ? 0 : 32) + (d / 16) * 8 + d % 8; }
 
-// Row x (D values, D a multiple of 64) as bf16 in K's order; with kSplit
-// (fp16 Q) the rest x - bf16(x) as bf16 in out[D, 2D) (zero where x is not
-// finite: the high part carries its Inf or NaN).
+// Row x (D values) as bf16 in K's order, zero from D to Dp (D rounded up
+// to 64); with kSplit (fp16 Q) the rest x - bf16(x) as bf16 in out[Dp,
+// 2 Dp) (zero where x is not finite: the high part carries its Inf or NaN).
 template <DType DT, bool kSplit>
-inline void pack_q_fp8_order(const char* x, int D, std::uint16_t* out) {
+inline void pack_q_fp8_order(const char* x, int D, int Dp, std::uint16_t* out) {
+  std::memset(out, 0, sizeof(std::uint16_t) * Dp * (kSplit ? 2 : 1));
   for (int d = 0; d < D; ++d) {
     const float f = load_scalar<DT>(x, d);
     const std::uint16_t hi = detail::f32_to_bf16(f);
     const int at = d / 64 * 64 + fp8_k_position(d % 64);
     out[at] = hi;
-    if constexpr (kSplit) out[D + at] = std::isfinite(f) ? detail::f32_to_bf16(f - detail::bf16_to_f32(hi)) : 0;
+    if constexpr (kSplit) out[Dp + at] = std::isfinite(f) ? detail::f32_to_bf16(f - detail::bf16_to_f32(hi)) : 0;
   }
 }
 
-// Q·Kᵀ on an FP8 K (row_scores_pairs): 64 dims a step, the widened K as two
-// vectors of bf16 pairs, Q's rows in that order (and with kSplit Q's low
-// parts lo_offset elements after each row's high part).
+// 64 FP8 codes at p, only the first n (the rest zero) when n < 64: a row's
+// last dims are read with a mask, never past it.
+inline __m512i load_fp8_codes(const std::uint8_t* p, int n) {
+  return n >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8((std::uint64_t{1} << n) - 1, p);
+}
+
+// Q·Kᵀ on an FP8 K (row_scores_pairs): 64 dims a step (the last masked),
+// the widened K as two vectors of bf16 pairs, Q's rows in that order (and
+// with kSplit Q's low parts lo_offset elements after each row's high part).
 template <bool kSplit>
 struct Fp8Pairs {
   using QElem = std::uint16_t;
@@ -624,9 +632,9 @@ struct Fp8Pairs {
   int lo_offset;
 
   static Acc zero() { return _mm512_setzero_ps(); }
-  KOperand load_k(const KElem* p, int) const {
+  KOperand load_k(const KElem* p, int n) const {
     __m512i lo, hi;
-    table.widen(_mm512_loadu_si512(p), lo, hi);
+    table.widen(load_fp8_codes(p, n), lo, hi);
     return {reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(lo, hi)), reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(lo, hi))};
   }
   QOperand load_q(const QElem* p) const {
@@ -665,21 +673,22 @@ inline void widen_fp8_key_pair(__m512i a, __m512i b, const Fp8Bf16Table& table, 
 
 // NC x 64 dims from d0 of NR rows over keys [c0, c1) (c0 even), as
 // pv_dot_chunk on an FP8 V widened by widen_fp8_key_pair: accumulator k of
-// a 64-dim chunk holds dims 16L + 4k + j (lane L, element j), which o keeps
-// in that order (unorder_fp8_dims).  With kSplit (fp16 Q) each row's
-// probabilities come as two bf16 rows, the second (what the first leaves
-// out) p_rest elements after it, one dot instruction each.
+// a 64-dim chunk holds dims 16L + 4k + j (lane L, element j), which o (rows
+// ldo apart, head_dim padded to 64) keeps in that order (unorder_fp8_dims).
+// With kSplit (fp16 Q) each row's probabilities come as two bf16 rows, the
+// second (what the first leaves out) p_rest elements after it, one dot
+// instruction each.
 template <int NR, int NC, bool kSplit>
-inline void pv_fp8_chunk(float* o, int D, const float* alpha, bool first, const std::uint16_t* p, std::int64_t ldp,
-                         std::int64_t p_rest, const std::uint8_t* v, std::int64_t ldv, int c0, int c1, int cols, int d0,
-                         const Fp8Bf16Table& table) {
+inline void pv_fp8_chunk(float* o, int ldo, int D, const float* alpha, bool first, const std::uint16_t* p,
+                         std::int64_t ldp, std::int64_t p_rest, const std::uint8_t* v, std::int64_t ldv, int c0, int c1,
+                         int cols, int d0, const Fp8Bf16Table& table) {
   __m512 acc[NR][4 * NC];
 #pragma GCC unroll 8
   for (int r = 0; r < NR; ++r) {
     const __m512 va = _mm512_set1_ps(alpha[r]);
 #pragma GCC unroll 8
     for (int k = 0; k < 4 * NC; ++k) {
-      acc[r][k] = _mm512_loadu_ps(o + r * D + d0 + k * 16);
+      acc[r][k] = _mm512_loadu_ps(o + r * ldo + d0 + k * 16);
       if (first) acc[r][k] = _mm512_mul_ps(acc[r][k], va);
     }
   }
@@ -687,8 +696,9 @@ inline void pv_fp8_chunk(float* o, int D, const float* alpha, bool first, const 
     __m512bh vv[4 * NC];
 #pragma GCC unroll 2
     for (int k = 0; k < NC; ++k) {
-      const __m512i a = _mm512_loadu_si512(v + c * ldv + d0 + k * 64);
-      const __m512i b = c + 1 < cols ? _mm512_loadu_si512(v + (c + 1) * ldv + d0 + k * 64) : _mm512_setzero_si512();
+      const int n = D - d0 - k * 64;
+      const __m512i a = load_fp8_codes(v + c * ldv + d0 + k * 64, n);
+      const __m512i b = c + 1 < cols ? load_fp8_codes(v + (c + 1) * ldv + d0 + k * 64, n) : _mm512_setzero_si512();
       widen_fp8_key_pair(a, b, table, vv + 4 * k);
     }
 #pragma GCC unroll 8
@@ -709,7 +719,7 @@ inline void pv_fp8_chunk(float* o, int D, const float* alpha, bool first, const 
 #pragma GCC unroll 8
   for (int r = 0; r < NR; ++r) {
 #pragma GCC unroll 8
-    for (int k = 0; k < 4 * NC; ++k) _mm512_storeu_ps(o + r * D + d0 + k * 16, acc[r][k]);
+    for (int k = 0; k < 4 * NC; ++k) _mm512_storeu_ps(o + r * ldo + d0 + k * 16, acc[r][k]);
   }
 }
 
@@ -717,24 +727,31 @@ inline void pv_fp8_chunk(float* o, int D, const float* alpha, bool first, const 
 // for a single row, 64 for more (the accumulators, four a 64-dim chunk and
 // row, and the table's four registers share the 32).
 template <int NR, bool kSplit>
-inline void row_accumulate_fp8(float* o, int D, const float* alpha, const std::uint16_t* p, std::int64_t ldp,
+inline void row_accumulate_fp8(float* o, int ldo, int D, const float* alpha, const std::uint16_t* p, std::int64_t ldp,
                                std::int64_t p_rest, const std::uint8_t* v, std::int64_t ldv, int cols,
                                KvLineStream& next, int per_block, const Fp8Bf16Table& table) {
   constexpr int kWide = NR == 1 ? 2 : 1;
-  for_pv_pair_blocks(D, cols, 64 * kWide, next, per_block, [&]<bool kIsWide>(int c0, int c1, int d0) {
-    pv_fp8_chunk<NR, kIsWide ? kWide : 1, kSplit>(o, D, alpha, c0 == 0, p, ldp, p_rest, v, ldv, c0, c1, cols, d0, table);
+  for_pv_pair_blocks(D, cols, 64 * kWide, 64, next, per_block, [&]<bool kIsWide>(int c0, int c1, int d0) {
+    pv_fp8_chunk<NR, kIsWide ? kWide : 1, kSplit>(o, ldo, D, alpha, c0 == 0, p, ldp, p_rest, v, ldv, c0, c1, cols, d0,
+                                                  table);
   });
 }
 
-// Row o (D floats) from pv_fp8_chunk's order back to head_dim order: within
-// each 64 dims, position 16k + 4L + j holds dim 16L + 4k + j (a transpose
-// of 4 x 4 blocks of four, its own inverse).
-inline void unorder_fp8_dims(float* o, int D) {
+// Row `in` (head_dim padded to 64) from pv_fp8_chunk's order back to
+// head_dim order, its first D values into `out` (which may be `in`):
+// within each 64 dims, position 16k + 4L + j holds dim 16L + 4k + j (a
+// transpose of 4 x 4 blocks of four).
+inline void unorder_fp8_dims(const float* in, float* out, int D) {
   for (int d0 = 0; d0 < D; d0 += 64) {
     float t[64];
-    std::memcpy(t, o + d0, sizeof t);
+    std::memcpy(t, in + d0, sizeof t);
     for (int k = 0; k < 4; ++k) {
-      for (int L = 0; L < 4; ++L) std::memcpy(o + d0 + 16 * L + 4 * k, t + 16 * k + 4 * L, 4 * sizeof(float));
+      for (int L = 0; L < 4; ++L) {
+        for (int j = 0; j < 4; ++j) {
+          const int dim = d0 + 16 * L + 4 * k + j;
+          if (dim < D) out[dim] = t[16 * k + 4 * L + j];
+        }
+      }
     }
   }
 }
@@ -805,8 +822,19 @@ inline std::size_t row_path_i8_floats(const AttentionJob& job) {
   const std::size_t rows = static_cast<std::size_t>(row_path_rows(job)), Dp = (job.head_dim + 31) / 32 * 32;
   return pad16(rows) * 2 + pad16(rows * Dp / 2);
 }
+// An FP8 cache's pair products (FA_HAVE_ROW_FP8) at a head_dim that is not
+// a multiple of 64 keep Q's bf16 rows (two a row for fp16 Q) and O padded
+// to 64 past the Workspace (at a multiple of 64 they fit where Q's and O's
+// fp32 rows are).  A quantized cache has one kind, so this and the int8
+// extra share the place.
+inline std::size_t row_path_fp8_floats(const AttentionJob& job) {
+  if (!is_fp8(job.kv_dtype) || job.head_dim % 64 == 0) return 0;
+  const std::size_t rows = static_cast<std::size_t>(row_path_rows(job)), Dp = (job.head_dim + 63) / 64 * 64;
+  return pad16(rows * Dp) * 2;
+}
 inline std::size_t row_path_workspace_floats(const AttentionJob& job) {
-  return Workspace::floats(row_path_rows(job), job.tile_kv, static_cast<int>(job.head_dim)) + row_path_i8_floats(job);
+  return Workspace::floats(row_path_rows(job), job.tile_kv, static_cast<int>(job.head_dim)) + row_path_i8_floats(job) +
+         row_path_fp8_floats(job);
 }
 
 // The row path (see detail::kRowPathMaxRows): per K/V tile and query row, scores
@@ -892,16 +920,22 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
   constexpr bool kSplitQ = DT == DType::kF16;
   // fp16 Q's probabilities as two bf16 rows each (pv_fp8_chunk), so each row takes 2 ldp.
   const std::int64_t ldp8 = kSplitQ ? 2 * ldp : ldp;
-  const bool fp8dot = kFp8Types && D % 64 == 0 && std::int64_t(head_rows) * ldp8 <= 2 * std::int64_t(tkv) * D;
+  const bool fp8dot = kFp8Types && std::int64_t(head_rows) * ldp8 <= 2 * std::int64_t(tkv) * D;
   Fp8Bf16Table fp8_table{};
   if constexpr (kFp8Types) fp8_table = Fp8Bf16Table::of<KDT>();
-  const Fp8Pairs<kSplitQ> fp8_pairs{fp8_table, D};
-  const int ldq8 = kSplitQ ? 2 * D : D;
-  auto* q8 = reinterpret_cast<std::uint16_t*>(w.qt);  // [total_rows][ldq8]
+  // head_dim padded to 64: Q's bf16 rows and O in place of the fp32 rows
+  // where that is head_dim, else past the Workspace (row_path_fp8_floats).
+  const int Dp8 = (D + 63) / 64 * 64;
+  const Fp8Pairs<kSplitQ> fp8_pairs{fp8_table, Dp8};
+  const int ldq8 = kSplitQ ? 2 * Dp8 : Dp8;
+  float* fp8_extra = w_tile.qt + Workspace::floats(row_path_rows(job), tkv, D);
+  auto* q8 = reinterpret_cast<std::uint16_t*>(Dp8 == D ? w.qt : fp8_extra);  // [total_rows][ldq8]
+  float* o8 = Dp8 == D ? o : fp8_extra + pad16(std::size_t(row_path_rows(job)) * Dp8);  // [total_rows][Dp8]
   if (fp8dot) {
     for (int rr = 0; rr < total_rows; ++rr) {
       const char* qrow = qbase + ((head_of(rr) - h) * job.q_strides[1] + (rr % rows) * job.q_strides[2]) * es;
-      pack_q_fp8_order<DT, kSplitQ>(qrow, D, q8 + rr * ldq8);
+      pack_q_fp8_order<DT, kSplitQ>(qrow, D, Dp8, q8 + rr * ldq8);
+      if (o8 != o) std::fill(o8 + rr * Dp8, o8 + (rr + 1) * Dp8, 0.0f);
     }
   }
   const float unit = fp8dot ? 1.0f : kUnit;
@@ -1117,8 +1151,8 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
 #if defined(FA_HAVE_ROW_FP8)
         if constexpr (kFp8Types) {
           if (fp8dot) {
-            row_accumulate_fp8<NR, kSplitQ>(orows, D, alpha, pb + r0 * ldp8, ldp8, ldp, vin, job.v_strides[2], cols, next,
-                                            per_block, fp8_table);
+            row_accumulate_fp8<NR, kSplitQ>(o8 + (first + r0) * Dp8, Dp8, D, alpha, pb + r0 * ldp8, ldp8, ldp, vin,
+                                            job.v_strides[2], cols, next, per_block, fp8_table);
             return;
           }
         }
@@ -1151,7 +1185,7 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
 #endif
 #if defined(FA_HAVE_ROW_FP8)
   if (fp8dot) {
-    for (int rr = 0; rr < total_rows; ++rr) unorder_fp8_dims(o + rr * D, D);
+    for (int rr = 0; rr < total_rows; ++rr) unorder_fp8_dims(o8 + rr * Dp8, o + rr * D, D);
   }
 #endif
   const std::int64_t BH = job.batch * job.heads;

@@ -1096,8 +1096,9 @@ TEST_P(EdgeCases, Int8CacheOnTheRowPath) {
 
 // An FP8 cache read with 16-bit Q on the row path, whose products are bf16
 // pair dot products where the CPU has VDPBF16PS and VBMI (K and V widened
-// through byte tables, head_dim a multiple of 64): each format, head_dims
-// 64 to 256, GQA groups of 1 to 16 rows a K/V head (every register block),
+// through byte tables 64 dims at a time, the last masked): each format,
+// head_dims 8 to 256, whole and part 64-dim steps, GQA groups of 1 to 16
+// rows a K/V head (every register block),
 // odd key counts (a key pair's missing partner), paged caches, splits,
 // BSH and BNSD; then large logits, where Q's products must be exact (fp16
 // Q is split into two bf16s: rounded to one, a score of a few hundred
@@ -1112,10 +1113,11 @@ TEST_P(EdgeCases, Fp8CacheOnTheRowPath) {
     double input_scale;
   };
   for (const DType kv : {DType::kFP8E4M3, DType::kFP8E5M2}) {
-    for (const Shape& s : {Shape{1, 8, 8, 128, 77, 1, 0, Layout::kBNSD, 1.0}, Shape{1, 32, 8, 64, 333, 3, 0, Layout::kBSH, 1.0},
+    for (const Shape& s : {Shape{1, 8, 8, 128, 77, 1, 0, Layout::kBNSD, 1.0}, Shape{1, 32, 8, 96, 333, 3, 0, Layout::kBSH, 1.0},
                            Shape{2, 8, 4, 128, 129, 2, 32, Layout::kBSH, 1.0}, Shape{4, 8, 2, 64, 301, 1, 0, Layout::kBSND, 1.0},
-                           Shape{1, 16, 2, 256, 200, 1, 16, Layout::kBNSD, 1.0}, Shape{3, 6, 2, 192, 95, 2, 0, Layout::kBSH, 1.0},
-                           Shape{1, 4, 1, 128, 257, 1, 0, Layout::kBNSD, 12.0}, Shape{2, 4, 4, 64, 99, 1, 0, Layout::kBSH, 12.0}}) {
+                           Shape{1, 16, 2, 256, 200, 1, 16, Layout::kBNSD, 1.0}, Shape{3, 6, 2, 80, 95, 2, 0, Layout::kBSH, 1.0},
+                           Shape{1, 4, 1, 136, 257, 1, 0, Layout::kBNSD, 12.0}, Shape{2, 4, 4, 40, 99, 1, 0, Layout::kBSH, 12.0},
+                           Shape{1, 8, 8, 8, 50, 1, 0, Layout::kBNSD, 1.0}}) {
       CaseSpec c;
       c.dtype = dtype();
       c.kv_dtype = kv;
