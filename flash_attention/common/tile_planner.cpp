@@ -290,6 +290,9 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // avx512bf16 path, head_dim a multiple of 32) it keeps groups of up to 8
   // rows (decoding at 64/8: 1.4-2x the packed tile) and the tile takes 16
   // and more (4 rows at 32/8 and 64/8: 1.15-1.25x the row path in BNSD).
+  // So does an FP8 cache there, whose tile loops run FMA products on tiles
+  // widened to fp32: 5 to 8 query rows 1.7-2.9x faster on the row path (8/8),
+  // 1.3-1.5x at 5 rows of 32/8, level at 8 (Zen 4, docs/PERF.md).
   const bool row_dot = detail::row_path_has_pair_products(isa, dtype, kv_dtype, p.head_dim);
   const int row_rows = detail::row_path_max_rows(isa, dtype, kv_dtype, p.head_dim);
   const bool pair_rows = matrix && kv_dtype == dtype && group * longest_q >= (row_dot ? 9 : 8);

@@ -16,14 +16,19 @@ namespace fa::detail {
 // Q tiles this short run row by row with keys, not query rows, in the vector
 // lanes: decoding (one query row) would otherwise idle all lanes but one.
 // Where the row path's products are VDPBF16PS pair dot products (row_path.h:
-// bf16 Q, K and V on the avx512bf16 path, head_dim a multiple of 32) a row
-// costs about half as much, and tiles of up to kRowPathPairRows take it
-// (TilePlan::row_rows, AttentionJob::row_rows).
+// on the avx512bf16 path, bf16 Q, K and V with head_dim a multiple of 32,
+// or an FP8 cache read with 16-bit Q) a row costs about half as much, and
+// tiles of up to kRowPathPairRows take it (TilePlan::row_rows,
+// AttentionJob::row_rows).  For an FP8 cache the tile loops are the FMA
+// products on tiles widened to fp32: 8 rows there took 3.6x the time of 4
+// on the row path (Zen 4, docs/PERF.md).
 inline constexpr int kRowPathMaxRows = 4;
 inline constexpr int kRowPathPairRows = 8;
 // (static: this header is compiled with every path's flags, see DESIGN.)
 static constexpr bool row_path_has_pair_products(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
-  return isa == Isa::kAvx512Bf16 && dtype == DType::kBF16 && kv_dtype == DType::kBF16 && head_dim % 32 == 0;
+  if (isa != Isa::kAvx512Bf16) return false;
+  if (is_fp8(kv_dtype)) return dtype == DType::kBF16 || dtype == DType::kF16;
+  return dtype == DType::kBF16 && kv_dtype == DType::kBF16 && head_dim % 32 == 0;
 }
 static constexpr int row_path_max_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
   return row_path_has_pair_products(isa, dtype, kv_dtype, head_dim) ? kRowPathPairRows : kRowPathMaxRows;

@@ -212,4 +212,33 @@ TEST(Planner, MixedLengthDecodingBatchFillsTheThreads) {
   EXPECT_LT(unsplit.occupancy, 0.6);
 }
 
+// Short queries over an FP8 cache on the avx512bf16 path: up to 8 rows a
+// head take the row path, whose products are VDPBF16PS pair dot products
+// there (the tile loops' are FMA on tiles widened to fp32), GQA groups
+// packed into its items; 9 and more rows of a GQA group take the packed
+// tile.  An int8 cache keeps the row path to 4 rows.
+TEST(Planner, Fp8CacheShortQueriesTakeThePairRowPath) {
+  if (!fa::isa_available(fa::Isa::kAvx512Bf16)) GTEST_SKIP() << "avx512bf16 path not available";
+  fa::AttentionParams p;
+  p.seq_kv = 8192;
+  p.num_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim = 96;
+  p.isa = fa::Isa::kAvx512Bf16;
+  for (const fa::DType q : {fa::DType::kBF16, fa::DType::kF16}) {
+    for (const int rows : {5, 8, 9}) {
+      p.seq_q = rows;
+      fa::TilePlan plan;
+      ASSERT_TRUE(fa::plan(fa::Version::kFA2, p, q, fa::DType::kFP8E4M3, &plan).ok());
+      EXPECT_EQ(plan.row_rows, 8) << rows;
+      EXPECT_EQ(plan.pack_tile, rows > 8) << rows;
+    }
+    p.seq_q = 5;
+    fa::TilePlan int8_plan;
+    ASSERT_TRUE(fa::plan(fa::Version::kFA2, p, q, fa::DType::kI8, &int8_plan).ok());
+    EXPECT_EQ(int8_plan.row_rows, 4);
+    EXPECT_TRUE(int8_plan.pack_tile);
+  }
+}
+
 }  // namespace

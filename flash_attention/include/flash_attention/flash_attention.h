@@ -544,7 +544,9 @@ FA_API Status plan(Version version, const AttentionParams& params, DType dtype, 
 // int8 or FP8 with 16-bit Q; else dtype), which decides how decoding packs
 // its query heads: on the bf16 pair engines, a GQA group of 8 or more query
 // rows takes the packed tile, which a quantized cache (read on the row
-// path) does not.
+// path) does not; and on the avx512bf16 path an FP8 cache keeps up to 8
+// query rows a head on the row path (TilePlan::row_rows), whose products
+// are pair dot products there.
 FA_API Status plan(Version version, const AttentionParams& params, DType dtype, DType kv_dtype, TilePlan* plan);
 // plan(Version::kFA2, ...).
 FA_API Status fa2_plan(const AttentionParams& params, DType dtype, TilePlan* plan);
