@@ -468,6 +468,43 @@ inline void unpair_dims(float* o, int D) {
   }
 }
 
+// The pair products' P·V accumulators of NR rows: K vectors of O from d0
+// (rows ldo apart), times the row's alpha on a tile's first keys; after
+// the key pairs, stored back.  Between, each key pair adds row r's pair of
+// probabilities (p + r * ldp + c, the smaller key in the low half) times
+// the K vectors of V pairs.
+template <int NR, int K>
+inline void load_pv_rows(__m512 (&acc)[NR][K], const float* o, int ldo, int d0, const float* alpha, bool first) {
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) {
+    const __m512 va = _mm512_set1_ps(alpha[r]);
+#pragma GCC unroll 8
+    for (int k = 0; k < K; ++k) {
+      acc[r][k] = _mm512_loadu_ps(o + r * ldo + d0 + k * 16);
+      if (first) acc[r][k] = _mm512_mul_ps(acc[r][k], va);
+    }
+  }
+}
+template <int NR, int K>
+inline void add_pv_pair(__m512 (&acc)[NR][K], const std::uint16_t* p, std::int64_t ldp, int c, const __m512bh (&vv)[K]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) {
+    std::int32_t pair;
+    __builtin_memcpy(&pair, p + r * ldp + c, sizeof pair);
+    const __m512bh pr = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+#pragma GCC unroll 8
+    for (int k = 0; k < K; ++k) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], pr, vv[k]);
+  }
+}
+template <int NR, int K>
+inline void store_pv_rows(const __m512 (&acc)[NR][K], float* o, int ldo, int d0) {
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; ++r) {
+#pragma GCC unroll 8
+    for (int k = 0; k < K; ++k) _mm512_storeu_ps(o + r * ldo + d0 + k * 16, acc[r][k]);
+  }
+}
+
 // NC x 32 dims from d0 of NR rows over keys [c0, c1) (c0 even): o = o *
 // alpha (on the tile's first keys only) + sum over key pairs of (p_c,
 // p_c+1) · (v_c, v_c+1), o in the paired order (unpair_dims).  p: bf16
@@ -478,15 +515,7 @@ template <int NR, int NC>
 inline void pv_dot_chunk(float* o, int D, const float* alpha, bool first, const std::uint16_t* p, std::int64_t ldp,
                          const std::uint16_t* v, std::int64_t ldv, int c0, int c1, int cols, int d0) {
   __m512 acc[NR][2 * NC];
-#pragma GCC unroll 8
-  for (int r = 0; r < NR; ++r) {
-    const __m512 va = _mm512_set1_ps(alpha[r]);
-#pragma GCC unroll 4
-    for (int k = 0; k < 2 * NC; ++k) {
-      acc[r][k] = _mm512_loadu_ps(o + r * D + d0 + k * 16);
-      if (first) acc[r][k] = _mm512_mul_ps(acc[r][k], va);
-    }
-  }
+  load_pv_rows(acc, o, D, d0, alpha, first);
   for (int c = c0; c < c1; c += 2) {
     __m512bh vv[2 * NC];
 #pragma GCC unroll 4
@@ -496,20 +525,9 @@ inline void pv_dot_chunk(float* o, int D, const float* alpha, bool first, const 
       vv[2 * k] = reinterpret_cast<__m512bh>(_mm512_unpacklo_epi16(a, b));
       vv[2 * k + 1] = reinterpret_cast<__m512bh>(_mm512_unpackhi_epi16(a, b));
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; ++r) {
-      std::int32_t pair;
-      __builtin_memcpy(&pair, p + r * ldp + c, sizeof pair);
-      const __m512bh pr = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
-#pragma GCC unroll 4
-      for (int k = 0; k < 2 * NC; ++k) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], pr, vv[k]);
-    }
+    add_pv_pair(acc, p, ldp, c, vv);
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < NR; ++r) {
-#pragma GCC unroll 4
-    for (int k = 0; k < 2 * NC; ++k) _mm512_storeu_ps(o + r * D + d0 + k * 16, acc[r][k]);
-  }
+  store_pv_rows(acc, o, D, d0);
 }
 
 // row_accumulate with bf16 P and V (pv_dot_chunk): key blocks of kPvKeys,
@@ -683,15 +701,7 @@ inline void pv_fp8_chunk(float* o, int ldo, int D, const float* alpha, bool firs
                          std::int64_t ldp, std::int64_t p_rest, const std::uint8_t* v, std::int64_t ldv, int c0, int c1,
                          int cols, int d0, const Fp8Bf16Table& table) {
   __m512 acc[NR][4 * NC];
-#pragma GCC unroll 8
-  for (int r = 0; r < NR; ++r) {
-    const __m512 va = _mm512_set1_ps(alpha[r]);
-#pragma GCC unroll 8
-    for (int k = 0; k < 4 * NC; ++k) {
-      acc[r][k] = _mm512_loadu_ps(o + r * ldo + d0 + k * 16);
-      if (first) acc[r][k] = _mm512_mul_ps(acc[r][k], va);
-    }
-  }
+  load_pv_rows(acc, o, ldo, d0, alpha, first);
   for (int c = c0; c < c1; c += 2) {
     __m512bh vv[4 * NC];
 #pragma GCC unroll 2
@@ -701,26 +711,10 @@ inline void pv_fp8_chunk(float* o, int ldo, int D, const float* alpha, bool firs
       const __m512i b = c + 1 < cols ? load_fp8_codes(v + (c + 1) * ldv + d0 + k * 64, n) : _mm512_setzero_si512();
       widen_fp8_key_pair(a, b, table, vv + 4 * k);
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; ++r) {
-      std::int32_t pair;
-      __builtin_memcpy(&pair, p + r * ldp + c, sizeof pair);
-      const __m512bh pr = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
-#pragma GCC unroll 8
-      for (int k = 0; k < 4 * NC; ++k) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], pr, vv[k]);
-      if constexpr (kSplit) {
-        __builtin_memcpy(&pair, p + r * ldp + p_rest + c, sizeof pair);
-        const __m512bh rest = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
-#pragma GCC unroll 8
-        for (int k = 0; k < 4 * NC; ++k) acc[r][k] = _mm512_dpbf16_ps(acc[r][k], rest, vv[k]);
-      }
-    }
+    add_pv_pair(acc, p, ldp, c, vv);
+    if constexpr (kSplit) add_pv_pair(acc, p + p_rest, ldp, c, vv);
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < NR; ++r) {
-#pragma GCC unroll 8
-    for (int k = 0; k < 4 * NC; ++k) _mm512_storeu_ps(o + r * ldo + d0 + k * 16, acc[r][k]);
-  }
+  store_pv_rows(acc, o, ldo, d0);
 }
 
 // row_accumulate on an FP8 V and bf16 P (pv_fp8_chunk): 128 dims a chunk

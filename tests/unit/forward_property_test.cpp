@@ -1000,6 +1000,38 @@ TEST_P(EdgeCases, ShortQueriesAtWholeVectorsOfPairs) {
   }
 }
 
+// A decoding or short-query call over a quantized cache (the row path's
+// tests): batch 2, causal with more than one query row, a paged cache of
+// `block` tokens a block (and K/V tiles of that size) when block > 0.
+struct CacheShape {
+  int seq_q, heads, kv_heads, head_dim, seq_kv, splits, block;
+  Layout layout;
+  double input_scale = 1.0;
+};
+
+CaseSpec cache_case(const CacheShape& s, DType dtype, DType kv_dtype, fa::Isa isa, std::uint64_t seed, bool sinks) {
+  CaseSpec c;
+  c.dtype = dtype;
+  c.kv_dtype = kv_dtype;
+  c.seed = seed;
+  c.layout = s.layout;
+  c.mask = s.seq_q > 1 ? MaskMode::kCausal : MaskMode::kNone;
+  c.with_sinks = sinks;
+  c.paged_block_size = s.block;
+  c.input_scale = s.input_scale;
+  fa::AttentionParams& p = c.params;
+  p.batch = 2;
+  p.seq_q = s.seq_q;
+  p.seq_kv = s.seq_kv;
+  p.num_heads = s.heads;
+  p.num_kv_heads = s.kv_heads;
+  p.head_dim = s.head_dim;
+  p.num_splits = s.splits;
+  if (s.block) p.tile_kv = s.block;
+  p.isa = isa;
+  return c;
+}
+
 // An int8 cache read with 16-bit Q on the row path, whose products are in
 // integers on AVX-512 (Q and P as int16, VPDPWSSD): head_dims that are a
 // whole number of 32-dim steps and ones whose last step is masked, odd key
@@ -1009,31 +1041,10 @@ TEST_P(EdgeCases, ShortQueriesAtWholeVectorsOfPairs) {
 TEST_P(EdgeCases, Int8CacheOnTheRowPath) {
   if (kFa1) GTEST_SKIP() << "FA1 has no quantized cache";
   if (dtype() == DType::kF32) GTEST_SKIP() << "a quantized cache is read with fp16 or bf16 Q";
-  struct Shape {
-    int seq_q, heads, kv_heads, head_dim, seq_kv, splits, block;
-    Layout layout;
-  };
-  for (const Shape& s : {Shape{1, 8, 8, 8, 77, 1, 0, Layout::kBNSD}, Shape{1, 32, 8, 40, 333, 3, 0, Layout::kBSH},
-                         Shape{2, 8, 4, 80, 129, 2, 32, Layout::kBSH}, Shape{4, 4, 1, 96, 301, 1, 0, Layout::kBSND},
-                         Shape{1, 16, 4, 136, 200, 1, 16, Layout::kBNSD}, Shape{3, 6, 2, 256, 95, 2, 0, Layout::kBSH}}) {
-    CaseSpec c;
-    c.dtype = dtype();
-    c.kv_dtype = DType::kI8;
-    c.seed = 900 + s.head_dim;
-    c.layout = s.layout;
-    c.mask = s.seq_q > 1 ? MaskMode::kCausal : MaskMode::kNone;
-    c.with_sinks = s.head_dim == 80;
-    c.paged_block_size = s.block;
-    fa::AttentionParams& p = c.params;
-    p.batch = 2;
-    p.seq_q = s.seq_q;
-    p.seq_kv = s.seq_kv;
-    p.num_heads = s.heads;
-    p.num_kv_heads = s.kv_heads;
-    p.head_dim = s.head_dim;
-    p.num_splits = s.splits;
-    if (s.block) p.tile_kv = s.block;
-    p.isa = isa();
+  for (const CacheShape& s : {CacheShape{1, 8, 8, 8, 77, 1, 0, Layout::kBNSD}, CacheShape{1, 32, 8, 40, 333, 3, 0, Layout::kBSH},
+                              CacheShape{2, 8, 4, 80, 129, 2, 32, Layout::kBSH}, CacheShape{4, 4, 1, 96, 301, 1, 0, Layout::kBSND},
+                              CacheShape{1, 16, 4, 136, 200, 1, 16, Layout::kBNSD}, CacheShape{3, 6, 2, 256, 95, 2, 0, Layout::kBSH}}) {
+    const CaseSpec c = cache_case(s, dtype(), DType::kI8, isa(), 900 + s.head_dim, /*sinks=*/s.head_dim == 80);
     const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
     ASSERT_TRUE(r.status.ok()) << r.status.message();
     EXPECT_EQ(r.nonfinite, 0) << fa::cli::describe(c);
@@ -1097,8 +1108,9 @@ TEST_P(EdgeCases, Int8CacheOnTheRowPath) {
 // An FP8 cache read with 16-bit Q on the row path, whose products are bf16
 // pair dot products where the CPU has VDPBF16PS and VBMI (K and V widened
 // through byte tables 64 dims at a time, the last masked): each format,
-// head_dims 8 to 256, whole and part 64-dim steps, GQA groups of 1 to 16
-// rows a K/V head (every register block),
+// head_dims 8 to 256, whole and part 64-dim steps, 1 to 8 query rows (the
+// planner keeps up to 8 on this row path), GQA groups of 1 to 24 rows a K/V
+// head (every register block),
 // odd key counts (a key pair's missing partner), paged caches, splits,
 // BSH and BNSD; then large logits, where Q's products must be exact (fp16
 // Q is split into two bf16s: rounded to one, a score of a few hundred
@@ -1107,36 +1119,15 @@ TEST_P(EdgeCases, Int8CacheOnTheRowPath) {
 TEST_P(EdgeCases, Fp8CacheOnTheRowPath) {
   if (kFa1) GTEST_SKIP() << "FA1 has no quantized cache";
   if (dtype() == DType::kF32) GTEST_SKIP() << "a quantized cache is read with fp16 or bf16 Q";
-  struct Shape {
-    int seq_q, heads, kv_heads, head_dim, seq_kv, splits, block;
-    Layout layout;
-    double input_scale;
-  };
   for (const DType kv : {DType::kFP8E4M3, DType::kFP8E5M2}) {
-    for (const Shape& s : {Shape{1, 8, 8, 128, 77, 1, 0, Layout::kBNSD, 1.0}, Shape{1, 32, 8, 96, 333, 3, 0, Layout::kBSH, 1.0},
-                           Shape{2, 8, 4, 128, 129, 2, 32, Layout::kBSH, 1.0}, Shape{4, 8, 2, 64, 301, 1, 0, Layout::kBSND, 1.0},
-                           Shape{1, 16, 2, 256, 200, 1, 16, Layout::kBNSD, 1.0}, Shape{3, 6, 2, 80, 95, 2, 0, Layout::kBSH, 1.0},
-                           Shape{1, 4, 1, 136, 257, 1, 0, Layout::kBNSD, 12.0}, Shape{2, 4, 4, 40, 99, 1, 0, Layout::kBSH, 12.0},
-                           Shape{1, 8, 8, 8, 50, 1, 0, Layout::kBNSD, 1.0}}) {
-      CaseSpec c;
-      c.dtype = dtype();
-      c.kv_dtype = kv;
-      c.seed = 950 + s.head_dim + s.seq_kv;
-      c.layout = s.layout;
-      c.mask = s.seq_q > 1 ? MaskMode::kCausal : MaskMode::kNone;
-      c.with_sinks = s.seq_kv == 129;
-      c.paged_block_size = s.block;
-      c.input_scale = s.input_scale;
-      fa::AttentionParams& p = c.params;
-      p.batch = 2;
-      p.seq_q = s.seq_q;
-      p.seq_kv = s.seq_kv;
-      p.num_heads = s.heads;
-      p.num_kv_heads = s.kv_heads;
-      p.head_dim = s.head_dim;
-      p.num_splits = s.splits;
-      if (s.block) p.tile_kv = s.block;
-      p.isa = isa();
+    for (const CacheShape& s :
+         {CacheShape{1, 8, 8, 128, 77, 1, 0, Layout::kBNSD}, CacheShape{1, 32, 8, 96, 333, 3, 0, Layout::kBSH},
+          CacheShape{2, 8, 4, 128, 129, 2, 32, Layout::kBSH}, CacheShape{4, 8, 2, 64, 301, 1, 0, Layout::kBSND},
+          CacheShape{1, 16, 2, 256, 200, 1, 16, Layout::kBNSD}, CacheShape{3, 6, 2, 80, 95, 2, 0, Layout::kBSH},
+          CacheShape{1, 4, 1, 136, 257, 1, 0, Layout::kBNSD, 12.0}, CacheShape{2, 4, 4, 40, 99, 1, 0, Layout::kBSH, 12.0},
+          CacheShape{1, 8, 8, 8, 50, 1, 0, Layout::kBNSD}, CacheShape{8, 8, 8, 72, 150, 1, 0, Layout::kBSH},
+          CacheShape{6, 8, 2, 128, 120, 2, 0, Layout::kBNSD}}) {
+      const CaseSpec c = cache_case(s, dtype(), kv, isa(), 950 + s.head_dim + s.seq_kv, /*sinks=*/s.seq_kv == 129);
       const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
       ASSERT_TRUE(r.status.ok()) << r.status.message();
       EXPECT_EQ(r.nonfinite, 0) << fa::cli::describe(c);
