@@ -444,9 +444,13 @@ int run(int argc, char** argv) {
 
   const int used_threads = plan.threads;
   // The products' unit: the AMX tiles (amx path, bf16 and fp16) or
-  // VDPBF16PS (avx512bf16 path, bf16) where the pair path runs, else the
-  // path's vector FMA.
-  const bool matrix = !o.kv_dtype && fa::uses_matrix_unit(isa, o.dtype, D);  // a quantized cache runs the vector loops
+  // VDPBF16PS (avx512bf16 path, bf16) where the pair path runs, and
+  // VDPBF16PS for an FP8 cache's short queries on the avx512bf16 row path;
+  // else the path's vector FMA (a quantized cache's tile loops, an int8
+  // cache's integer products).
+  const bool fp8_row_pairs = o.kv_dtype && fa::is_fp8(*o.kv_dtype) && isa == fa::Isa::kAvx512Bf16 && !plan.pack_tile &&
+                             p.seq_q <= plan.row_rows;
+  const bool matrix = o.kv_dtype ? fp8_row_pairs : fa::uses_matrix_unit(isa, o.dtype, D);
   auto measure_peak = [&] {
     return matrix ? fa::measure_matrix_peak_gflops(isa, used_threads, 0.2)
                   : fa::measure_fma_peak_gflops(isa, used_threads, 0.2);
