@@ -115,9 +115,10 @@ inline bool e4m3_rows_have_nan(const std::uint8_t* p, std::int64_t stride, int r
 // bf16's 8), so a 128-entry table of each magnitude code's bf16 replaces
 // the arithmetic.  VPERMI2B looks up 64 codes at once in a 128-byte table
 // held in two registers: one lookup for the bf16s' low bytes, one for
-// their high bytes, into which the code's sign bit is merged.  Four
-// instructions widen 64 values, where the F16C route takes five for 16 and
-// needs a separate scan for e4m3's NaN code.
+// their high bytes, into which the code's sign bit is merged; two unpacks
+// then pair the bytes into words.  Five instructions widen 64 values, where
+// the F16C route takes five for 16 and needs a separate scan for e4m3's NaN
+// code.
 struct Fp8Bf16Table {
   __m512i lo0, lo1, hi0, hi1;  // low and high bytes of the bf16 of codes 0-63 and 64-127
 

@@ -585,7 +585,7 @@ inline void probabilities_to_bf16(const float* s, int cols, std::uint16_t* out, 
 // products on K and V widened to bf16 in registers through byte tables
 // (Fp8Bf16Table), exactly: the values themselves, NaN and subnormals
 // included, so no NaN scan and no units.  Against the FMA products, whose
-// F16C widening took five instructions for 16 values, this is four for 64
+// F16C widening took five instructions for 16 values, this is five for 64
 // and a dot instruction per 32 products: decoding over such a cache reads
 // half the bf16 cache's bytes, and with one row a K/V head the products
 // now keep up with them.  Any head_dim: the last 64 dims of a row are read
