@@ -20,7 +20,7 @@ namespace fa::detail {
 // or an FP8 cache read with 16-bit Q) a row costs about half as much, and
 // tiles of up to kRowPathPairRows take it (TilePlan::row_rows,
 // AttentionJob::row_rows).  For an FP8 cache the tile loops are the FMA
-// products on tiles widened to fp32: 8 rows there took 3.6x the time of 4
+// products on tiles widened to fp32: 8 rows there took about 3x the time of 4
 // on the row path (Zen 4, docs/PERF.md).
 inline constexpr int kRowPathMaxRows = 4;
 inline constexpr int kRowPathPairRows = 8;
