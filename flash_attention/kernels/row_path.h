@@ -858,10 +858,12 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
   const int head_rows = total_rows / kv_heads;
   auto head_of = [&](int rr) { return h + rr / rows; };
   auto query_of = [&](int rr) { return i0 + rr % rows; };
+  // Row rr's Q elements in the caller's tensor.
+  auto q_row = [&](int rr) { return qbase + ((head_of(rr) - h) * job.q_strides[1] + (rr % rows) * job.q_strides[2]) * es; };
   float* q = w.qt;  // [total_rows][D]; each score is scaled once, after its dot product
   float* o = w.ot;  // [total_rows][D] unnormalized output
   for (int rr = 0; rr < total_rows; ++rr) {
-    const char* qrow = qbase + ((head_of(rr) - h) * job.q_strides[1] + (rr % rows) * job.q_strides[2]) * es;
+    const char* qrow = q_row(rr);
     for (int d = 0; d < D; ++d) q[rr * D + d] = load_scalar<DT>(qrow, d);
     for (int d = 0; d < D; ++d) o[rr * D + d] = 0.0f;
     w.m[rr] = initial_row_max(job, head_of(rr), split);
@@ -899,7 +901,7 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
   auto* pb = reinterpret_cast<std::uint16_t*>(w.vbuf);  // [head_rows][ldp]
   if (dot) {
     for (int rr = 0; rr < total_rows; ++rr) {
-      const char* qrow = qbase + ((head_of(rr) - h) * job.q_strides[1] + (rr % rows) * job.q_strides[2]) * es;
+      const char* qrow = q_row(rr);
       std::memcpy(qh + rr * D, qrow, sizeof(std::uint16_t) * D);
     }
   }
@@ -927,7 +929,7 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
   float* o8 = Dp8 == D ? o : fp8_extra + pad16(std::size_t(row_path_rows(job)) * Dp8);  // [total_rows][Dp8]
   if (fp8dot) {
     for (int rr = 0; rr < total_rows; ++rr) {
-      const char* qrow = qbase + ((head_of(rr) - h) * job.q_strides[1] + (rr % rows) * job.q_strides[2]) * es;
+      const char* qrow = q_row(rr);
       pack_q_fp8_order<DT, kSplitQ>(qrow, D, Dp8, q8 + rr * ldq8);
       if (o8 != o) std::fill(o8 + rr * Dp8, o8 + (rr + 1) * Dp8, 0.0f);
     }
