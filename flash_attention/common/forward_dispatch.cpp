@@ -325,7 +325,10 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
   const KernelTable* table = nullptr;
   if (Status s = version_table(version, isa, &table); !s.ok()) return s;
   TilePlan tiles;
-  if (Status s = fa::plan(version, p, t.q.dtype, t.k.dtype, &tiles); !s.ok()) return s;
+  // The tensors say where K's and V's heads lie, whatever the caller set.
+  AttentionParams planned = p;
+  planned.kv_heads_side_by_side = t.k.strides[1] == p.head_dim && t.v.strides[1] == p.head_dim;
+  if (Status s = fa::plan(version, planned, t.q.dtype, t.k.dtype, &tiles); !s.ok()) return s;
   const Plan plan = make_plan(p, tiles);
   AttentionJob job = planned_job(p, t.q.dtype, plan, tiles);
   job.kv_dtype = t.k.dtype;  // before the scratch is sized: the row path keeps more for an int8 cache

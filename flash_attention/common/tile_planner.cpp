@@ -391,13 +391,17 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
       plan->pack_gqa = static_cast<int>(heads);
       break;
     }
-    // A packed item walks its K/V heads' tiles side by side while the next
-    // tile streams in: keep both tiles of every K/V head it holds within
-    // half the L2 (8 K/V heads of fp16 D=128 in one 128-key tile are 512
-    // KiB: the prefetched tile would evict the one in use).  Table tiles
-    // only; a caller's, the build's or the tuning cache's stand.
+    // A packed item whose K/V heads lie side by side walks their tiles side
+    // by side while the next tile streams in: keep both tiles of every K/V
+    // head it holds within half the L2 (8 K/V heads of fp16 D=128 in one
+    // 128-key tile are 512 KiB: the prefetched tile would evict the one in
+    // use).  Other layouts run head after head, two tiles of one head at a
+    // time (in BNSD 32/8 decoding, 128-key tiles 0.91x the time of the 64
+    // this rule gave them).  Table tiles only; a caller's, the build's or
+    // the tuning cache's stand.
     if (kv_from_table) {
-      const std::size_t kv_heads_per_item = std::max<std::size_t>(1, std::size_t(plan->pack_gqa / group));
+      const std::size_t kv_heads_per_item =
+          p.kv_heads_side_by_side ? std::max<std::size_t>(1, std::size_t(plan->pack_gqa / group)) : 1;
       const std::size_t key_bytes = kv_heads_per_item * std::size_t(p.head_dim) * dtype_size(dtype) * 2;  // K and V
       while (tkv > 16 && 2 * std::size_t(tkv) * key_bytes > limit / 2) tkv /= 2;
       plan->tile_kv = tkv;

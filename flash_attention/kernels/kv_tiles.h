@@ -161,12 +161,12 @@ inline std::int64_t kv_row(const AttentionJob& job, std::int64_t b, std::int64_t
   return (block << job.block_shift) + (j & ((std::int64_t{1} << job.block_shift) - 1));
 }
 
-// The lines of batch b's K/V tile after the one at j0: `heads` K/V heads side
-// by side from kbase / vbase (their rows' head_dim x heads elements contiguous).
-inline KvLineStream next_kv_tile_lines(const AttentionJob& job, const char* kbase, const char* vbase, std::int64_t b,
-                                       std::int64_t j0, std::int64_t kv_end, int heads = 1) {
+// The lines of batch b's K/V tile at j1 (empty at kv_end): `heads` K/V
+// heads side by side from kbase / vbase (their rows' head_dim x heads
+// elements contiguous).
+inline KvLineStream kv_tile_lines(const AttentionJob& job, const char* kbase, const char* vbase, std::int64_t b,
+                                  std::int64_t j1, std::int64_t kv_end, int heads = 1) {
   KvLineStream s;
-  const std::int64_t j1 = j0 + job.tile_kv;
   if (j1 >= kv_end) return s;
   const std::int64_t es = kv_elem_bytes(job), row = kv_row(job, b, j1);
   s.base[0] = kbase + row * job.k_strides[2] * es;
@@ -177,6 +177,12 @@ inline KvLineStream next_kv_tile_lines(const AttentionJob& job, const char* kbas
   s.lines_per_row = static_cast<int>((heads * job.head_dim * es + 63) / 64);
   s.part = 0;
   return s;
+}
+
+// The lines of the tile after the one at j0.
+inline KvLineStream next_kv_tile_lines(const AttentionJob& job, const char* kbase, const char* vbase, std::int64_t b,
+                                       std::int64_t j0, std::int64_t kv_end, int heads = 1) {
+  return kv_tile_lines(job, kbase, vbase, b, j0 + job.tile_kv, kv_end, heads);
 }
 
 // A quantized cache (job.kv_dtype differs from DT) is dequantized into the

@@ -960,219 +960,233 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
 #endif
   // Fused: the next tile's lines stream into L2 during this tile's work
   // (decoding reads every K/V byte once: without it each key row's load
-  // waits on DRAM).  When the item's K/V heads lie side by side in a token's
-  // row (BSH, BSND, TND holding several heads), one stream walks the next
-  // tile's rows in address order; else each head streams its own.
-  // Otherwise load_kv_tile widens the tile (and with kPrefetch fetches the
-  // next one).
+  // waits on DRAM).  Otherwise load_kv_tile widens the tile (and with
+  // kPrefetch fetches the next one).  The stream's lines go out a share per
+  // key block of both products, over every row block: as evenly as the
+  // tile's work allows, since a burst of prefetches beyond the core's miss
+  // buffers stalls the work behind it.
+  auto tile_cols = [&](std::int64_t j0) { return static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv); };
+  auto tile_steps = [&](int cols) {
+    return row_blocks(head_rows) * ((cols + kKeyBlock - 1) / kKeyBlock + (cols + kPvKeys - 1) / kPvKeys);
+  };
+  auto head_k = [&](int g) { return kbase + g * job.k_strides[1] * kv_es; };
+  auto head_v = [&](int g) { return vbase + g * job.v_strides[1] * kv_es; };
+  // When the item's K/V heads lie side by side in a token's row (BSH, BSND,
+  // TND holding several heads), each tile is read for all of them, and one
+  // stream walks the next tile's rows in address order.  Else (BNSD, a
+  // paged pool of one head a block) each K/V head runs its whole key range
+  // in turn, streaming its next tile (at its last, the next head's first):
+  // two streams at a time, K's and V's, where walking the heads side by
+  // side kept two per head in flight (with the planner's larger tiles this
+  // allows, GQA 32/8 and 64/8 decoding in BNSD 5-10% faster on Zen 4,
+  // docs/PERF.md).  One loop for both orders, so the body is compiled once.
   const bool whole_rows = kv_heads > 1 && job.k_strides[1] == D && job.v_strides[1] == D;
-  for (std::int64_t j0 = kv_begin; j0 < kv_end; j0 += tkv) {
-    const int cols = static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv);
-    // The stream's lines go out a share per key block of both products, over
-    // every row block: as evenly as the tile's work allows, since a burst of
-    // prefetches beyond the core's miss buffers stalls the work behind it.
-    const int steps = row_blocks(head_rows) * ((cols + kKeyBlock - 1) / kKeyBlock + (cols + kPvKeys - 1) / kPvKeys);
-    KvLineStream next;
-    int per_block = 0;
-    if (kFused && whole_rows) {
+  const std::int64_t tiles = (kv_end - kv_begin + tkv - 1) / tkv;
+  KvLineStream next;
+  int per_block = 0;
+  for (std::int64_t step = 0; step < tiles * kv_heads; ++step) {
+    const int g = static_cast<int>(whole_rows ? step % kv_heads : step / tiles);
+    const std::int64_t j0 = kv_begin + (whole_rows ? step / kv_heads : step % tiles) * tkv;
+    if (kFused && whole_rows && g == 0) {
       next = next_kv_tile_lines(job, kbase, vbase, b, j0, kv_end, kv_heads);
-      per_block = next.per_step(kv_heads * steps, 1);
+      per_block = next.per_step(kv_heads * tile_steps(tile_cols(j0)), 1);
+    } else if (kFused && !whole_rows) {
+      const bool last = j0 + tkv >= kv_end;
+      next = !last ? next_kv_tile_lines(job, head_k(g), head_v(g), b, j0, kv_end)
+             : g + 1 < kv_heads ? kv_tile_lines(job, head_k(g + 1), head_v(g + 1), b, kv_begin, kv_end)
+                                : KvLineStream{};
+      per_block = next.per_step(tile_steps(tile_cols(j0)), 1);
     }
-    for (int g = 0; g < kv_heads; ++g) {
-      const char* kb = kbase + g * job.k_strides[1] * kv_es;
-      const char* vb = vbase + g * job.v_strides[1] * kv_es;
-      const KvScales scales = it.kv_scales.next_heads(job, g);
-      const int first = g * head_rows;
-      if (kFused && !whole_rows) {
-        next = next_kv_tile_lines(job, kb, vb, b, j0, kv_end);
-        per_block = next.per_step(steps, 1);
-      }
-      [[maybe_unused]] const std::int64_t row = kv_row(job, b, j0);
-      [[maybe_unused]] const auto* kin = reinterpret_cast<const Elem<KDT>*>(kb) + row * job.k_strides[2];
-      [[maybe_unused]] const auto* vin = reinterpret_cast<const Elem<KDT>*>(vb) + row * job.v_strides[2];
-      // Read in place (kFused), but for an e4m3 tile holding the NaN code,
-      // which the fast widening does not see (fp8_convert.h): that tile is
-      // widened exactly into the buffers, in the same units.
-      bool fused = kFused;
+    const int cols = tile_cols(j0);
+    const char* kb = head_k(g);
+    const char* vb = head_v(g);
+    const KvScales scales = it.kv_scales.next_heads(job, g);
+    const int first = g * head_rows;
+    [[maybe_unused]] const std::int64_t row = kv_row(job, b, j0);
+    [[maybe_unused]] const auto* kin = reinterpret_cast<const Elem<KDT>*>(kb) + row * job.k_strides[2];
+    [[maybe_unused]] const auto* vin = reinterpret_cast<const Elem<KDT>*>(vb) + row * job.v_strides[2];
+    // Read in place (kFused), but for an e4m3 tile holding the NaN code,
+    // which the fast widening does not see (fp8_convert.h): that tile is
+    // widened exactly into the buffers, in the same units.
+    bool fused = kFused;
 #if defined(FA_HAVE_SIMD_CONVERT)
-      if constexpr (KDT == DType::kFP8E4M3) {
-        fused = fp8dot || (!e4m3_rows_have_nan(kin, job.k_strides[2], cols, D) && !e4m3_rows_have_nan(vin, job.v_strides[2], cols, D));
+    if constexpr (KDT == DType::kFP8E4M3) {
+      fused = fp8dot || (!e4m3_rows_have_nan(kin, job.k_strides[2], cols, D) && !e4m3_rows_have_nan(vin, job.v_strides[2], cols, D));
+    }
+#endif
+    const KvTile kv = fused ? KvTile{} : load_kv_tile<DT, kPrefetch>(job, w, kb, vb, b, j0, cols, kv_end, scales);
+    if (kFused && !fused) {  // (never with fp8dot)
+      for (std::int64_t i = 0; i < std::int64_t(cols) * D; ++i) {
+        w.kbuf[i] *= kUnit;
+        w.vbuf[i] *= kUnit;
       }
-#endif
-      const KvTile kv = fused ? KvTile{} : load_kv_tile<DT, kPrefetch>(job, w, kb, vb, b, j0, cols, kv_end, scales);
-      if (kFused && !fused) {  // (never with fp8dot)
-        for (std::int64_t i = 0; i < std::int64_t(cols) * D; ++i) {
-          w.kbuf[i] *= kUnit;
-          w.vbuf[i] *= kUnit;
+    }
+    // An int8 cache's scales of the tile's keys, read at unit stride:
+    // in place where they lie so (BNSD), else gathered into the (otherwise
+    // unused) K buffer once per tile (in BSH a key's scales lie kv_heads
+    // apart); and the next tile's sent into L2, which the K/V line stream
+    // does not cover.
+    [[maybe_unused]] KeyScales kscale, vscale;
+    [[maybe_unused]] bool tile_i8 = false, pv_i8 = false;
+    if constexpr (kKeyScales) {
+      const std::int64_t kss = job.kv_scale_strides[0][2], vss = job.kv_scale_strides[1][2];
+      const float* ks = scales.k + row * kss;
+      const float* vs = scales.v + row * vss;
+      if (kss == 1 && vss == 1) {
+        kscale = {ks, 1};
+        vscale = {vs, 1};
+      } else {
+        for (int c = 0; c < cols; ++c) {
+          w.kbuf[c] = ks[c * kss];
+          w.kbuf[tkv + c] = vs[c * vss];
         }
+        kscale = {w.kbuf, 1};
+        vscale = {w.kbuf + tkv, 1};
       }
-      // An int8 cache's scales of the tile's keys, read at unit stride:
-      // in place where they lie so (BNSD), else gathered into the (otherwise
-      // unused) K buffer once per tile (in BSH a key's scales lie kv_heads
-      // apart); and the next tile's sent into L2, which the K/V line stream
-      // does not cover.
-      [[maybe_unused]] KeyScales kscale, vscale;
-      [[maybe_unused]] bool tile_i8 = false, pv_i8 = false;
-      if constexpr (kKeyScales) {
-        const std::int64_t kss = job.kv_scale_strides[0][2], vss = job.kv_scale_strides[1][2];
-        const float* ks = scales.k + row * kss;
-        const float* vs = scales.v + row * vss;
-        if (kss == 1 && vss == 1) {
-          kscale = {ks, 1};
-          vscale = {vs, 1};
-        } else {
-          for (int c = 0; c < cols; ++c) {
-            w.kbuf[c] = ks[c * kss];
-            w.kbuf[tkv + c] = vs[c * vss];
-          }
-          kscale = {w.kbuf, 1};
-          vscale = {w.kbuf + tkv, 1};
-        }
 #if defined(FA_HAVE_ROW_I8)
-        tile_i8 = pv_i8 = i8 && all_finite(kscale.p, cols) && all_finite(vscale.p, cols);
+      tile_i8 = pv_i8 = i8 && all_finite(kscale.p, cols) && all_finite(vscale.p, cols);
 #endif
-        if (j0 + tkv < kv_end) {
-          const std::int64_t next_row = kv_row(job, b, j0 + tkv);
-          const int next_cols = static_cast<int>(kv_end - j0 - tkv < tkv ? kv_end - j0 - tkv : tkv);
-          prefetch_strided(scales.k + next_row * kss, kss, next_cols);
-          prefetch_strided(scales.v + next_row * vss, vss, next_cols);
-        }
+      if (j0 + tkv < kv_end) {
+        const std::int64_t next_row = kv_row(job, b, j0 + tkv);
+        const int next_cols = static_cast<int>(kv_end - j0 - tkv < tkv ? kv_end - j0 - tkv : tkv);
+        prefetch_strided(scales.k + next_row * kss, kss, next_cols);
+        prefetch_strided(scales.v + next_row * vss, vss, next_cols);
       }
-      // Q·Kᵀ: the K/V head's rows against the tile's keys.
-      for_row_blocks(head_rows, [&]<int NR>(int r0) {
+    }
+    // Q·Kᵀ: the K/V head's rows against the tile's keys.
+    for_row_blocks(head_rows, [&]<int NR>(int r0) {
 #if defined(FA_HAVE_ROW_I8)
-        if constexpr (kI8Types) {
-          if (tile_i8) {
-            row_scores_pairs<I16Pairs, NR>(I16Pairs{}, q16 + (first + r0) * Dp, Dp, D, kin, job.k_strides[2], cols, s + r0 * lds,
-                                           lds, next, per_block);
-            return;
-          }
-        }
-#endif
-#if defined(FA_HAVE_ROW_FP8)
-        if constexpr (kFp8Types) {
-          if (fp8dot) {
-            row_scores_pairs<Fp8Pairs<kSplitQ>, NR>(fp8_pairs, q8 + (first + r0) * ldq8, ldq8, D, kin, job.k_strides[2],
-                                                    cols, s + r0 * lds, lds, next, per_block);
-            return;
-          }
-        }
-#endif
-#if defined(FA_HAVE_ROW_DOT)
-        if constexpr (kDotTypes) {
-          if (dot) {
-            row_scores_pairs<Bf16Pairs, NR>(Bf16Pairs{}, qh + (first + r0) * D, D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds,
-                                            next, per_block);
-            return;
-          }
-        }
-#endif
-#if defined(FA_HAVE_SIMD_CONVERT)
-        if constexpr (kFused) {
-          if (fused) {
-            row_scores<KDT, NR>(q + (first + r0) * D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds, next, per_block,
-                                kscale);
-            return;
-          }
-        }
-#endif
-        row_scores<DType::kF32, NR>(q + (first + r0) * D, D, kv.k, kv.ldk, cols, s + r0 * lds, lds, next, per_block);
-      });
-      // The online softmax of each row (keys in the lanes).
-      for (int r = 0; r < head_rows; ++r) {
-        const int rr = first + r;
-        const std::int64_t i = query_of(rr), head = head_of(rr);
-        float* srow = s + r * lds;
-        const float scale = score_scale(job, head) / unit;
-#if defined(FA_HAVE_ROW_I8)
-        if (tile_i8) {  // the integer scores' units: Q's scale and each key's K scale
-          const float qk = scale * q_scale[rr];
-          const float* ks = kscale.p;
-          for (int c = 0; c < cols; ++c) srow[c] *= qk * ks[c];
-        } else
-#endif
-        for (int c = 0; c < cols; ++c) srow[c] *= scale;
-        if (has_score_modifiers(job)) modify_scores(job, head, i, 1, j0, cols, srow, 1, 0);
-        if (job.window.active) mask_window(job, i, j0, cols, srow, 1);
-        if (job.mask) {
-          const std::int8_t* mrow = job.mask + i * job.seq_kv + j0;
-          for (int c = 0; c < cols; ++c) {
-            if (mrow[c] == 0) srow[c] = kNegInf;
-          }
-        }
-        const float block_max = row_max(srow, cols);
-        const float m_old = w.m[rr];
-        const float m_new = block_max > m_old ? block_max : m_old;
-        const float m_sub = m_new == kNegInf ? 0.0f : m_new;  // as in online_softmax_tile
-        float sum;
-#if defined(FA_HAVE_AVX512FP16)
-        if constexpr (kHalfSoftmax<DT>) sum = exp2_row_half(srow, cols, m_sub); else
-#endif
-        sum = exp2_row(srow, cols, m_sub);
-        float alpha = m_old - m_sub;
-        exp2_row(&alpha, 1, 0.0f);
-        w.l[rr] = w.l[rr] * alpha + sum;
-        w.m[rr] = m_new;
-        w.alpha[rr] = alpha;
-        if (job.dropout.active) {  // after the row sum took the undropped P
-          const std::int64_t bh = b * job.heads + head;
-          for (int c = 0; c < cols; ++c) srow[c] *= detail::dropout_factor(job.dropout, bh, i, j0 + c);
-        }
-#if defined(FA_HAVE_ROW_DOT)
-        if (dot) probabilities_to_bf16(srow, cols, pb + r * ldp);
-#endif
-#if defined(FA_HAVE_ROW_FP8)
-        if (fp8dot) probabilities_to_bf16(srow, cols, pb + r * ldp8, kSplitQ ? pb + r * ldp8 + ldp : nullptr);
-#endif
-#if defined(FA_HAVE_ROW_I8)
+      if constexpr (kI8Types) {
         if (tile_i8) {
-          p_scale[r] = probabilities_to_i16(srow, vscale.p, cols, i16_probability_top(cols), p16 + r * ldp);
-          pv_i8 = pv_i8 && !std::isnan(p_scale[r]);
+          row_scores_pairs<I16Pairs, NR>(I16Pairs{}, q16 + (first + r0) * Dp, Dp, D, kin, job.k_strides[2], cols, s + r0 * lds,
+                                         lds, next, per_block);
+          return;
         }
-#endif
       }
-      // P·V, each row's O rescaled by its alpha.
-      for_row_blocks(head_rows, [&]<int NR>(int r0) {
-        float* orows = o + (first + r0) * D;
-        const float* alpha = w.alpha + first + r0;
-#if defined(FA_HAVE_ROW_I8)
-        if constexpr (kI8Types) {
-          if (pv_i8) {
-            row_accumulate_i8<NR>(orows, D, alpha, p_scale + r0, p16 + r0 * ldp, ldp, vin, job.v_strides[2], cols, next,
-                                  per_block);
-            return;
-          }
-        }
 #endif
 #if defined(FA_HAVE_ROW_FP8)
-        if constexpr (kFp8Types) {
-          if (fp8dot) {
-            row_accumulate_fp8<NR, kSplitQ>(o8 + (first + r0) * Dp8, Dp8, D, alpha, pb + r0 * ldp8, ldp8, ldp, vin,
-                                            job.v_strides[2], cols, next, per_block, fp8_table);
-            return;
-          }
+      if constexpr (kFp8Types) {
+        if (fp8dot) {
+          row_scores_pairs<Fp8Pairs<kSplitQ>, NR>(fp8_pairs, q8 + (first + r0) * ldq8, ldq8, D, kin, job.k_strides[2],
+                                                  cols, s + r0 * lds, lds, next, per_block);
+          return;
         }
+      }
 #endif
 #if defined(FA_HAVE_ROW_DOT)
-        if constexpr (kDotTypes) {
-          if (dot) {
-            row_accumulate_dot<NR>(orows, D, alpha, pb + r0 * ldp, ldp, vin, job.v_strides[2], cols, next, per_block);
-            return;
-          }
+      if constexpr (kDotTypes) {
+        if (dot) {
+          row_scores_pairs<Bf16Pairs, NR>(Bf16Pairs{}, qh + (first + r0) * D, D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds,
+                                          next, per_block);
+          return;
         }
+      }
 #endif
 #if defined(FA_HAVE_SIMD_CONVERT)
-        if constexpr (kFused) {
-          if (fused) {
-            row_accumulate<KDT, NR>(orows, D, alpha, s + r0 * lds, lds, vin, job.v_strides[2], cols, next, per_block,
-                                    vscale);
-            return;
-          }
+      if constexpr (kFused) {
+        if (fused) {
+          row_scores<KDT, NR>(q + (first + r0) * D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds, next, per_block,
+                              kscale);
+          return;
         }
+      }
 #endif
-        row_accumulate<DType::kF32, NR>(orows, D, alpha, s + r0 * lds, lds, kv.v, kv.ldv, cols, next, per_block);
-      });
+      row_scores<DType::kF32, NR>(q + (first + r0) * D, D, kv.k, kv.ldk, cols, s + r0 * lds, lds, next, per_block);
+    });
+    // The online softmax of each row (keys in the lanes).
+    for (int r = 0; r < head_rows; ++r) {
+      const int rr = first + r;
+      const std::int64_t i = query_of(rr), head = head_of(rr);
+      float* srow = s + r * lds;
+      const float scale = score_scale(job, head) / unit;
+#if defined(FA_HAVE_ROW_I8)
+      if (tile_i8) {  // the integer scores' units: Q's scale and each key's K scale
+        const float qk = scale * q_scale[rr];
+        const float* ks = kscale.p;
+        for (int c = 0; c < cols; ++c) srow[c] *= qk * ks[c];
+      } else
+#endif
+      for (int c = 0; c < cols; ++c) srow[c] *= scale;
+      if (has_score_modifiers(job)) modify_scores(job, head, i, 1, j0, cols, srow, 1, 0);
+      if (job.window.active) mask_window(job, i, j0, cols, srow, 1);
+      if (job.mask) {
+        const std::int8_t* mrow = job.mask + i * job.seq_kv + j0;
+        for (int c = 0; c < cols; ++c) {
+          if (mrow[c] == 0) srow[c] = kNegInf;
+        }
+      }
+      const float block_max = row_max(srow, cols);
+      const float m_old = w.m[rr];
+      const float m_new = block_max > m_old ? block_max : m_old;
+      const float m_sub = m_new == kNegInf ? 0.0f : m_new;  // as in online_softmax_tile
+      float sum;
+#if defined(FA_HAVE_AVX512FP16)
+      if constexpr (kHalfSoftmax<DT>) sum = exp2_row_half(srow, cols, m_sub); else
+#endif
+      sum = exp2_row(srow, cols, m_sub);
+      float alpha = m_old - m_sub;
+      exp2_row(&alpha, 1, 0.0f);
+      w.l[rr] = w.l[rr] * alpha + sum;
+      w.m[rr] = m_new;
+      w.alpha[rr] = alpha;
+      if (job.dropout.active) {  // after the row sum took the undropped P
+        const std::int64_t bh = b * job.heads + head;
+        for (int c = 0; c < cols; ++c) srow[c] *= detail::dropout_factor(job.dropout, bh, i, j0 + c);
+      }
+#if defined(FA_HAVE_ROW_DOT)
+      if (dot) probabilities_to_bf16(srow, cols, pb + r * ldp);
+#endif
+#if defined(FA_HAVE_ROW_FP8)
+      if (fp8dot) probabilities_to_bf16(srow, cols, pb + r * ldp8, kSplitQ ? pb + r * ldp8 + ldp : nullptr);
+#endif
+#if defined(FA_HAVE_ROW_I8)
+      if (tile_i8) {
+        p_scale[r] = probabilities_to_i16(srow, vscale.p, cols, i16_probability_top(cols), p16 + r * ldp);
+        pv_i8 = pv_i8 && !std::isnan(p_scale[r]);
+      }
+#endif
     }
+    // P·V, each row's O rescaled by its alpha.
+    for_row_blocks(head_rows, [&]<int NR>(int r0) {
+      float* orows = o + (first + r0) * D;
+      const float* alpha = w.alpha + first + r0;
+#if defined(FA_HAVE_ROW_I8)
+      if constexpr (kI8Types) {
+        if (pv_i8) {
+          row_accumulate_i8<NR>(orows, D, alpha, p_scale + r0, p16 + r0 * ldp, ldp, vin, job.v_strides[2], cols, next,
+                                per_block);
+          return;
+        }
+      }
+#endif
+#if defined(FA_HAVE_ROW_FP8)
+      if constexpr (kFp8Types) {
+        if (fp8dot) {
+          row_accumulate_fp8<NR, kSplitQ>(o8 + (first + r0) * Dp8, Dp8, D, alpha, pb + r0 * ldp8, ldp8, ldp, vin,
+                                          job.v_strides[2], cols, next, per_block, fp8_table);
+          return;
+        }
+      }
+#endif
+#if defined(FA_HAVE_ROW_DOT)
+      if constexpr (kDotTypes) {
+        if (dot) {
+          row_accumulate_dot<NR>(orows, D, alpha, pb + r0 * ldp, ldp, vin, job.v_strides[2], cols, next, per_block);
+          return;
+        }
+      }
+#endif
+#if defined(FA_HAVE_SIMD_CONVERT)
+      if constexpr (kFused) {
+        if (fused) {
+          row_accumulate<KDT, NR>(orows, D, alpha, s + r0 * lds, lds, vin, job.v_strides[2], cols, next, per_block,
+                                  vscale);
+          return;
+        }
+      }
+#endif
+      row_accumulate<DType::kF32, NR>(orows, D, alpha, s + r0 * lds, lds, kv.v, kv.ldv, cols, next, per_block);
+    });
   }
 #if defined(FA_HAVE_ROW_DOT)
   if (dot) {

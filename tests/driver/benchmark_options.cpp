@@ -193,6 +193,7 @@ BenchmarkOptions read_benchmark_options(const Args& a) {
   auto lt = fa::parse_layout(layout);
   if (!lt) throw UsageError("--layout: unknown layout '" + layout + "' (expected BSH, BSND or BNSD)");
   o.layout = *lt;
+  p.kv_heads_side_by_side = o.layout != fa::Layout::kBNSD;  // the plan it prints is the forward's
   if (o.layout == fa::Layout::kTND || a.has("cu-seqlens-q") || a.has("cu-seqlens-kv")) {
     if (o.layout != fa::Layout::kTND || !a.has("cu-seqlens-q") || !a.has("cu-seqlens-kv")) {
       throw UsageError("--layout=TND, --cu-seqlens-q and --cu-seqlens-kv go together");

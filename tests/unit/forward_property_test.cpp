@@ -757,8 +757,23 @@ TEST_P(EdgeCases, ResultDoesNotDependOnThreadCount) {
 // many heads an item holds, each row's sums run in the same order, so the
 // bits are the same.  GQA 12/4 with 3 query rows (9 rows per K/V head:
 // whole and partial register blocks), keys not a multiple of the blocks.
+// [seq, heads, dim] (BSH, batch 1) as [heads, seq, dim] (BNSD).
+std::vector<float> bsh_to_bnsd(const std::vector<float>& x, std::int64_t seq, std::int64_t heads, std::int64_t dim) {
+  std::vector<float> y(x.size());
+  for (std::int64_t s = 0; s < seq; ++s) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      for (std::int64_t d = 0; d < dim; ++d) y[(h * seq + s) * dim + d] = x[(s * heads + h) * dim + d];
+    }
+  }
+  return y;
+}
+
+// An item's K/V heads read side by side (BSH: a tile for all of them) or
+// head after head (BNSD: each head's whole key range in turn) give the
+// same bits: each row's sums see its own head's tiles in the same order.
 TEST_P(EdgeCases, PackedShortQueriesDoNotDependOnThePacking) {
   if (kFa1) GTEST_SKIP() << "FA1 does not pack heads";
+  std::vector<float> bsh_out;
   for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
     fa::AttentionParams p;
     p.batch = 1;
@@ -771,7 +786,12 @@ TEST_P(EdgeCases, PackedShortQueriesDoNotDependOnThePacking) {
     p.num_splits = 1;
     p.isa = isa();
     const std::size_t nq = p.seq_q * p.num_heads * p.head_dim, nkv = p.seq_kv * p.num_kv_heads * p.head_dim;
-    const auto q = normal(nq, 17, 1), k = normal(nkv, 18, 1), v = normal(nkv, 19, 1);
+    auto q = normal(nq, 17, 1), k = normal(nkv, 18, 1), v = normal(nkv, 19, 1);
+    if (layout == Layout::kBNSD) {
+      q = bsh_to_bnsd(q, p.seq_q, p.num_heads, p.head_dim);
+      k = bsh_to_bnsd(k, p.seq_kv, p.num_kv_heads, p.head_dim);
+      v = bsh_to_bnsd(v, p.seq_kv, p.num_kv_heads, p.head_dim);
+    }
     std::vector<std::vector<float>> outs;
     for (int threads : {1, 2, 4}) {  // 12, then 6, then 3 query heads an item (whole GQA groups)
       p.threads = threads;
@@ -780,11 +800,13 @@ TEST_P(EdgeCases, PackedShortQueriesDoNotDependOnThePacking) {
       // On the bf16 pair engines a group's 3 x 3 rows form one packed tile.
       EXPECT_EQ(plan.pack_gqa, plan.pack_tile ? 3 : 12 / threads) << "threads " << threads;
       EXPECT_EQ(plan.pack_tile, fa::uses_matrix_unit(isa(), dtype(), p.head_dim)) << "threads " << threads;
-      outs.push_back(run_forward(p, isa(), dtype(), q, k, v, layout).out);
+      outs.push_back(run_forward(p, isa(), dtype(), q, k, v, layout).out);  // O in BSH either way
     }
     for (std::size_t i = 1; i < outs.size(); ++i) {
       EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * sizeof(float))) << fa::layout_name(layout);
     }
+    if (layout == Layout::kBSH) bsh_out = outs[0];
+    else EXPECT_EQ(0, std::memcmp(bsh_out.data(), outs[0].data(), bsh_out.size() * sizeof(float))) << "BSH against BNSD";
   }
 }
 

@@ -212,6 +212,38 @@ TEST(Planner, MixedLengthDecodingBatchFillsTheThreads) {
   EXPECT_LT(unsplit.occupancy, 0.6);
 }
 
+// Decoding packs every head of the batch into an item.  Where K/V heads lie
+// side by side (BSH), the item reads each tile for all of them, and the
+// K/V tile shrinks until every packed head's current and next tile fit in
+// half the L2; in BNSD it runs them head after head, so only one head's
+// tiles are in flight and its tile is that of a single K/V head's call.
+TEST(Planner, DecodingTilesHoldTheKvHeadsInFlight) {
+  fa::AttentionParams p;
+  p.seq_q = 1;
+  p.seq_kv = 32768;
+  p.num_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim = 128;
+  p.threads = 2;
+  const std::size_t key_bytes = 128 * 2 * 2;  // K and V, fp16
+  fa::TilePlan side, bnsd, one_head;
+  ASSERT_TRUE(fa::plan(fa::Version::kFA2, p, fa::DType::kF16, &side).ok());
+  const std::size_t kv_heads_per_item = static_cast<std::size_t>(side.pack_gqa / 4);
+  EXPECT_EQ(kv_heads_per_item, 8u);
+  EXPECT_LE(2 * std::size_t(side.tile_kv) * kv_heads_per_item * key_bytes, side.limit_bytes / 2);
+  p.kv_heads_side_by_side = false;
+  ASSERT_TRUE(fa::plan(fa::Version::kFA2, p, fa::DType::kF16, &bnsd).ok());
+  EXPECT_EQ(bnsd.pack_gqa, side.pack_gqa);
+  EXPECT_GE(bnsd.tile_kv, side.tile_kv);
+  p.num_heads = 4;
+  p.num_kv_heads = 1;
+  ASSERT_TRUE(fa::plan(fa::Version::kFA2, p, fa::DType::kF16, &one_head).ok());
+  EXPECT_EQ(bnsd.tile_kv, one_head.tile_kv);
+  if (2 * std::size_t(one_head.tile_kv) * kv_heads_per_item * key_bytes > side.limit_bytes / 2) {
+    EXPECT_LT(side.tile_kv, bnsd.tile_kv);  // the rule cut the side-by-side tile
+  }
+}
+
 // Short queries over an FP8 cache on the avx512bf16 path: up to 8 rows a
 // head take the row path, whose products are VDPBF16PS pair dot products
 // there (the tile loops' are FMA on tiles widened to fp32), GQA groups

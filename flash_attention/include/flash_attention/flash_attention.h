@@ -301,6 +301,14 @@ struct FA_API AttentionParams {
   // FA_SPLIT_ENABLE=ON, and for short queries of at most TilePlan::row_rows
   // rows, else 1).
   int num_splits = 0;
+  // Whether a token's K/V heads lie side by side in one row of K and V (BSH,
+  // BSND, TND; a paged pool as [blocks, block_size, heads, head_dim]) rather
+  // than each head's keys together (BNSD).  Short queries read side-by-side
+  // heads as whole rows, tile by tile, and other layouts head after head,
+  // and the planner sizes the K/V tile for that.  The forward sets it from
+  // K's and V's strides; only a plan made without the tensors (fa::plan,
+  // the workspace query) reads it from here.
+  bool kv_heads_side_by_side = true;
   // Kernel path; unset means the FA_ISA environment variable when set, else
   // the fastest path this build and CPU have.
   std::optional<Isa> isa;
