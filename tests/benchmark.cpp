@@ -263,6 +263,7 @@ int run(int argc, char** argv) {
   // are known good: a refused run prints its one error line only).
   for (const std::string& w : config.warnings) std::cerr << "warning: " << w << "\n";
   fa::cli::bind_pointers(o);
+  fa::cli::set_huge_page_buffers(o.huge_pages);  // before the first tensor is allocated
   fa::AttentionParams& p = o.params;
   fa::Isa isa;
   if (fa::Status s = fa::select_isa(p, &isa); !s.ok()) throw UsageError(s.message());
@@ -463,7 +464,9 @@ int run(int argc, char** argv) {
   // the timed runs cycle through (the input sets): beyond the last-level
   // cache that is DRAM, within it the cache; capped at 1 GiB, far beyond any
   // cache.  Before and after, like the peak.
-  auto measure_bandwidth = [&] { return fa::measure_read_bandwidth_gbps(isa, used_threads, probe_bytes, 0.2); };
+  auto measure_bandwidth = [&] {
+    return fa::measure_read_bandwidth_gbps(isa, used_threads, probe_bytes, 0.2, o.huge_pages);  // on the tensors' pages
+  };
   const double bandwidth_before = o.probe ? measure_bandwidth() : 0.0;
 
   // Warm-up and timed runs of one configuration; run 0 always uses set 0,
@@ -610,6 +613,8 @@ int run(int argc, char** argv) {
     j["kernel"] = kernel_id(isa, matrix);
     j["block_size"] = p.block_table ? p.block_size : 0;
     j["work_items"] = plan.work_items;
+    j["huge_pages"] = o.huge_pages;
+    j["transparent_huge_pages"] = fa::transparent_huge_pages();
     run.write_json(j);
     if (o.append) {
       j["append_latency_ms"] = append_median;
@@ -652,6 +657,12 @@ int run(int argc, char** argv) {
     std::snprintf(line, sizeof line, "Tile: Q=%d KV=%d (%s; L2 working set %.0f of %.0f KiB)  Threads: %d  Input sets: %d\n",
                   tq, tkv, plan.source.c_str(), plan.working_set_bytes / 1024.0, plan.limit_bytes / 1024.0, used_threads, sets);
     std::cout << line;
+    if (o.huge_pages) {
+      const std::string thp = fa::transparent_huge_pages();
+      std::cout << "Memory: Q, K, V, O and the bandwidth probe asked onto transparent huge pages (kernel policy: "
+                << (thp.empty() ? "unknown" : thp)
+                << (thp == "never" ? "; so 4 KiB pages, as without --huge-pages" : "") << ")\n";
+    }
     std::snprintf(line, sizeof line, "Core occupancy: %.1f%% (%lld work items on %d threads)\n", 100.0 * plan.occupancy,
                   static_cast<long long>(plan.work_items), used_threads);
     std::cout << line;

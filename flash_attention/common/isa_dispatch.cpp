@@ -199,13 +199,13 @@ double measure_matrix_peak_gflops(Isa isa, int threads, double seconds) {
   return measure_on_threads(detail::kernel_table(isa)->matrix_peak_one_thread, threads, seconds);
 }
 
-double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t bytes, double seconds) {
+double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t bytes, double seconds, bool huge_pages) {
   if (!isa_available(isa)) return 0.0;
   const int n = threads > 0 ? threads : default_thread_count();
   // Each thread's slice a multiple of 64 bytes, at least 64 KiB.
   std::size_t slice = (bytes / std::size_t(n) + 63) / 64 * 64;
   if (slice < (std::size_t{64} << 10)) slice = std::size_t{64} << 10;
-  void* buffer = std::aligned_alloc(64, slice * std::size_t(n));
+  void* buffer = allocate_tensor_memory(slice * std::size_t(n), huge_pages);
   if (!buffer) return 0.0;
   auto read_rate = detail::kernel_table(isa)->read_rate_one_thread;
   std::vector<double> rates(static_cast<std::size_t>(n), 0.0);

@@ -5,6 +5,8 @@
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <string>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -37,8 +39,8 @@ WorkspaceCache& workspace_cache() {
   return *c;
 }
 
-void* allocate_block(std::size_t* capacity) {
-  const bool huge = *capacity >= kHugePage;
+void* allocate_block(std::size_t* capacity, bool huge_pages = true) {
+  const bool huge = huge_pages && *capacity >= kHugePage;
   const std::size_t align = huge ? kHugePage : 64;
   *capacity = (*capacity + align - 1) / align * align;
   void* p = std::aligned_alloc(align, *capacity);
@@ -120,6 +122,20 @@ void release_cached_workspace() {
     idle.swap(c.idle);
   }
   for (const detail::IdleBlock& b : idle) std::free(b.data);
+}
+
+void* allocate_tensor_memory(std::size_t bytes, bool huge_pages) {
+  std::size_t capacity = bytes > 0 ? bytes : 64;
+  return detail::allocate_block(&capacity, huge_pages);
+}
+
+std::string transparent_huge_pages() {
+  // "always [madvise] never": the policy in force is the bracketed one.
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  const std::size_t open = line.find('['), close = line.find(']');
+  return open != std::string::npos && close > open ? line.substr(open + 1, close - open - 1) : "";
 }
 
 }  // namespace fa

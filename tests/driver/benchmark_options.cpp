@@ -67,6 +67,7 @@ std::vector<FlagSpec> benchmark_flags() {
       {"seed", K::kInt, "N", "seed of the random inputs used when no input files are given (default 1)"},
       {"isa", K::kString, "generic|avx2|avx512|avx512bf16|amx", "kernel path (default: FA_ISA, else the fastest this CPU runs)"},
       {"no-probe", K::kBool, "", "skip the start-up measurements of the unit's peak and the memory bandwidth (no Utilization or Bandwidth line)"},
+      {"huge-pages", K::kBool, "", "put Q, K, V, O and the bandwidth probe's buffer on transparent huge pages (madvise; a long K/V cache's tiles then take far fewer TLB misses)"},
       {"output", K::kString, "PATH", "write O as [batch, seq_q, heads*head_dim] in --dtype (FP8: --out-dtype)"},
       {"check", K::kBool, "", "compare O with the float64 reference; exit 1 when out of tolerance"},
       {"sweep", K::kBool, "", "time every tile of --sweep-tiles, print each and the best, store the best in the tuning cache"},
@@ -338,6 +339,7 @@ BenchmarkOptions read_benchmark_options(const Args& a) {
     p.isa = *isa;
   }
   o.probe = !a.flag("no-probe");
+  o.huge_pages = a.flag("huge-pages");
   o.sweep = a.flag("sweep");
   o.cache_update = !a.flag("no-cache-update");
   o.sweep_tiles = parse_tile_list(a.str("sweep-tiles", "64x32,64x64,64x128,128x32,128x64,128x128,256x32,256x64,256x128"));

@@ -27,6 +27,7 @@ struct BenchmarkOptions {
   int num_runs = 10, warmup_runs = 2;
   std::uint64_t seed = 1;
   bool check = false, json = false, probe = true;
+  bool huge_pages = false;  // --huge-pages: the tensors and the probe on transparent huge pages
   bool sweep = false, cache_update = true;
   std::string reference = "float64";
   std::vector<float> sinks;  // per head; p.sinks points here

@@ -18,11 +18,16 @@
 
 namespace fa::cli {
 
+namespace {
+bool huge_page_buffers = false;
+}
+
+void set_huge_page_buffers(bool on) { huge_page_buffers = on; }
+
 void HostBuffer::Free::operator()(void* p) const { std::free(p); }
 
 HostBuffer::HostBuffer(std::size_t bytes) : bytes_(bytes) {
-  const std::size_t rounded = ((bytes + 63) / 64) * 64;
-  void* p = std::aligned_alloc(64, rounded > 0 ? rounded : 64);
+  void* p = fa::allocate_tensor_memory(bytes, huge_page_buffers);
   if (!p) throw std::bad_alloc();
   data_.reset(p);
 }

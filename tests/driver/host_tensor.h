@@ -10,7 +10,8 @@
 
 namespace fa::cli {
 
-// A 64-byte aligned, owned byte buffer.
+// A 64-byte aligned, owned byte buffer; on transparent huge pages once
+// set_huge_page_buffers(true) was called (2 MiB and larger buffers).
 class HostBuffer {
  public:
   HostBuffer() = default;
@@ -26,6 +27,10 @@ class HostBuffer {
   std::unique_ptr<void, Free> data_;
   std::size_t bytes_ = 0;
 };
+
+// Whether HostBuffers allocated from now on ask for transparent huge pages
+// (fa::allocate_tensor_memory): fa2_benchmark --huge-pages.
+void set_huge_page_buffers(bool on);
 
 // Counter-based normal random numbers: the same seed gives the same data on
 // every machine and standard library.

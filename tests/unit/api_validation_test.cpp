@@ -1,8 +1,12 @@
 // Bad arguments come back as a Status with a message; nothing aborts.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/dtype_convert.h"
@@ -193,6 +197,24 @@ TEST_F(ApiValidation, WorkspaceIsKeptForReuseAndReleased) {
   ASSERT_TRUE(fa::cli::kForward(p, t).ok());
   EXPECT_EQ(o, first);
   EXPECT_GT(fa::cached_workspace_bytes(), 0u);
+}
+
+// Tensor memory: 64-byte aligned, and 2 MiB aligned when it asks for huge
+// pages at 2 MiB or more (the kernel may still refuse them: advice only);
+// the kernel's policy reads as one of sysfs's three words, or empty.
+TEST(TensorMemory, AlignedAndOnHugePagesWhenAsked) {
+  const std::size_t mib = std::size_t{1} << 20;
+  for (const auto& [bytes, huge, align] : {std::tuple{std::size_t{100}, true, std::size_t{64}},
+                                           std::tuple{3 * mib, false, std::size_t{64}},
+                                           std::tuple{3 * mib, true, 2 * mib}}) {
+    void* p = fa::allocate_tensor_memory(bytes, huge);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % align, 0u) << bytes << (huge ? " huge" : "");
+    std::memset(p, 1, bytes);  // all of it is ours
+    std::free(p);
+  }
+  const std::string thp = fa::transparent_huge_pages();
+  EXPECT_TRUE(thp.empty() || thp == "always" || thp == "madvise" || thp == "never") << thp;
 }
 
 TEST(ApiNames, ParseAndPrintRoundTrip) {

@@ -418,9 +418,24 @@ FA_API double measure_matrix_peak_gflops(Isa isa, int threads, double seconds);
 // Streaming-read bandwidth in GB/s (1e9 bytes per second) of `threads`
 // threads reading, each its own slice of one buffer of `bytes`, over and
 // over for about `seconds` with `isa`'s loads: DRAM bandwidth when `bytes`
-// is well beyond the last-level cache, the cache's when it fits.  0 when
+// is well beyond the last-level cache, the cache's when it fits.  The
+// buffer comes from allocate_tensor_memory(..., huge_pages), so it can be
+// measured on the pages the tensors it is compared with lie on.  0 when
 // the buffer cannot be allocated or the path is not available.
-FA_API double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t bytes, double seconds);
+FA_API double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t bytes, double seconds,
+                                          bool huge_pages = false);
+
+// Memory for a large tensor (a KV cache, say), 64-byte aligned; with
+// huge_pages and at least 2 MiB, 2 MiB aligned and advised onto
+// transparent huge pages (madvise), where a stream of K/V tiles takes far
+// fewer TLB misses: GQA decoding over a 128 MiB cache ran 15-20% faster on
+// them on Zen 4 (docs/PERF.md).  Advice only: the kernel's policy
+// (transparent_huge_pages()) may refuse it.  Free it with std::free; null
+// when the memory could not be had.
+FA_API void* allocate_tensor_memory(std::size_t bytes, bool huge_pages);
+// The kernel's transparent-huge-page policy as it reads in sysfs: "always",
+// "madvise" or "never"; empty where it cannot be read.
+FA_API std::string transparent_huge_pages();
 
 // The bandwidth of a streaming copy of `bytes` (half read, half written) on
 // `threads` threads, in GB/s of bytes moved (read + written), the best of
