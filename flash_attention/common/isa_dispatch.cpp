@@ -247,14 +247,15 @@ void copy_streaming(char* dst, const char* src, std::size_t len) {
 
 }  // namespace
 
-double measure_copy_bandwidth_gbps(int threads, std::size_t bytes, double seconds) {
+double measure_copy_bandwidth_gbps(int threads, std::size_t bytes, double seconds, bool huge_pages) {
   const int used = threads > 0 ? threads : default_thread_count();
   const std::size_t chunk = std::max<std::size_t>(bytes / 2 / std::size_t(used) / 64 * 64, 64);
   const std::size_t half = chunk * std::size_t(used);
   struct Free {
     void operator()(char* p) const { std::free(p); }
   };
-  std::unique_ptr<char, Free> src(static_cast<char*>(std::aligned_alloc(64, half))), dst(static_cast<char*>(std::aligned_alloc(64, half)));
+  std::unique_ptr<char, Free> src(static_cast<char*>(allocate_tensor_memory(half, huge_pages))),
+      dst(static_cast<char*>(allocate_tensor_memory(half, huge_pages)));
   if (!src || !dst) return 0.0;
   std::memset(src.get(), 1, half);
   std::memset(dst.get(), 0, half);

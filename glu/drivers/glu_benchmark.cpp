@@ -85,6 +85,7 @@ int run(int argc, char** argv) {
   fa::Isa isa;
   if (fa::Status s = fa::glu_isa(params, &isa); !s.ok()) throw UsageError(s.message());
   c.with_reference = args.flag("check");
+  fa::cli::set_huge_page_buffers(args.flag("huge-pages"));  // before the tensors are allocated
   fa::cli::GluBuffers b = fa::cli::make_glu_buffers(c);
   if (fa::Status s = fa::validate_glu(params, b.tensors); !s.ok()) throw UsageError(s.message());
 
@@ -94,7 +95,7 @@ int run(int argc, char** argv) {
       [&] {
         if (fa::Status s = fa::glu_forward(params, b.tensors); !s.ok()) throw UsageError(s.message());
       },
-      warmup, runs, threads, moved, !args.flag("no-probe"));
+      warmup, runs, threads, moved, !args.flag("no-probe"), args.flag("huge-pages"));
 
   std::cout << "Gated linear unit benchmark (glu)\nConfig: " << fa::cli::describe(c) << "\n";
   std::cout << "Kernel: " << fa::isa_name(isa) << "  Threads: " << threads << "\n";

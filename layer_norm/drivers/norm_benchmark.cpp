@@ -103,6 +103,7 @@ int run(int argc, char** argv) {
   }
   fa::Isa isa;
   if (fa::Status s = fa::norm_isa(params, &isa); !s.ok()) throw UsageError(s.message());
+  fa::cli::set_huge_page_buffers(args.flag("huge-pages"));  // before the tensors are allocated
   fa::cli::NormBuffers b = fa::cli::make_norm_buffers(c);
   if (fa::Status s = fa::validate_norm(params, b.tensors); !s.ok()) throw UsageError(s.message());
 
@@ -113,7 +114,7 @@ int run(int argc, char** argv) {
       [&] {
         if (fa::Status s = fa::norm_forward(params, b.tensors); !s.ok()) throw UsageError(s.message());
       },
-      warmup, runs, threads, moved, !args.flag("no-probe"));
+      warmup, runs, threads, moved, !args.flag("no-probe"), args.flag("huge-pages"));
 
   // The same work as two calls: the add, then the norm of the sum (x read
   // and the sum written by the first, the sum read again by the second).

@@ -154,6 +154,7 @@ int run(int argc, char** argv) {
   if (fa::Status s = fa::rope_isa(params, &isa); !s.ok()) throw UsageError(s.message());
   const bool check = args.flag("check");
   c.with_reference = check;
+  fa::cli::set_huge_page_buffers(args.flag("huge-pages"));  // before the tensors are allocated
   fa::cli::RopeBuffers b = fa::cli::make_rope_buffers(c);
   if (fa::Status s = fa::validate_rope(params, b.tensors); !s.ok()) throw UsageError(s.message());
   // The check reads the first call's result: in place, later calls rotate
@@ -183,7 +184,7 @@ int run(int argc, char** argv) {
       [&] {
         if (fa::Status s = fa::rope_forward(params, b.tensors); !s.ok()) throw UsageError(s.message());
       },
-      warmup, runs, threads, moved, !args.flag("no-probe"));
+      warmup, runs, threads, moved, !args.flag("no-probe"), args.flag("huge-pages"));
 
   std::cout << "RoPE benchmark (rope)\n" << "Config: " << fa::cli::describe(c) << " base=" << c.params.base << "\n";
   std::cout << "Kernel: " << fa::isa_name(isa) << "  Threads: " << threads << "\n";

@@ -17,6 +17,7 @@ std::vector<FlagSpec> elementwise_benchmark_flags(std::vector<FlagSpec> own, con
       {"check", K::kBool, "", "compare " + check_what + " with the float64 reference (PASS/FAIL; exit 1 on FAIL)"},
       {"output", K::kString, "PATH", output_what},
       {"no-probe", K::kBool, "", "skip the copy-bandwidth probe"},
+      {"huge-pages", K::kBool, "", "put the tensors and the copy probe's buffers on transparent huge pages (madvise)"},
       {"json", K::kBool, "", "print the results as one JSON object on the last line"},
       {"json-file", K::kString, "PATH", "write the JSON object to PATH"},
       {"help", K::kBool, "", "print this help"},

@@ -442,8 +442,9 @@ FA_API std::string transparent_huge_pages();
 // repeats over about `seconds`, alternating memcpy and a copy through
 // non-temporal stores (which does not read the destination first): the
 // yardstick of the element-wise operators (norms, RoPE, gated linear units),
-// which read and write alike.
-FA_API double measure_copy_bandwidth_gbps(int threads, std::size_t bytes, double seconds);
+// which read and write alike.  Its buffers come from allocate_tensor_memory
+// (..., huge_pages), like the tensors it is compared with.
+FA_API double measure_copy_bandwidth_gbps(int threads, std::size_t bytes, double seconds, bool huge_pages = false);
 
 // True when a call of this dtype and head_dim on `isa` runs its products on
 // the bf16 unit measure_matrix_peak_gflops measures: the amx path for bf16,
