@@ -6,8 +6,8 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <string>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 

@@ -973,8 +973,8 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
   auto head_v = [&](int g) { return vbase + g * job.v_strides[1] * kv_es; };
   // When the item's K/V heads lie side by side in a token's row (BSH, BSND,
   // TND holding several heads), each tile is read for all of them, and one
-  // stream walks the next tile's rows in address order.  Else (BNSD, a
-  // paged pool of one head a block) each K/V head runs its whole key range
+  // stream walks the next tile's rows in address order.  Else (BNSD, or a
+  // paged pool laid out so) each K/V head runs its whole key range
   // in turn, streaming its next tile (at its last, the next head's first):
   // two streams at a time, K's and V's, where walking the heads side by
   // side kept two per head in flight (with the planner's larger tiles this

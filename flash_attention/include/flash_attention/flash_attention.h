@@ -428,8 +428,8 @@ FA_API double measure_read_bandwidth_gbps(Isa isa, int threads, std::size_t byte
 // Memory for a large tensor (a KV cache, say), 64-byte aligned; with
 // huge_pages and at least 2 MiB, 2 MiB aligned and advised onto
 // transparent huge pages (madvise), where a stream of K/V tiles takes far
-// fewer TLB misses: GQA decoding over a 128 MiB cache ran 15-20% faster on
-// them on Zen 4 (docs/PERF.md).  Advice only: the kernel's policy
+// fewer TLB misses: GQA decoding over a 128 MiB cache took 0.82-0.92x the
+// time on them on Zen 4 (docs/PERF.md).  Advice only: the kernel's policy
 // (transparent_huge_pages()) may refuse it.  Free it with std::free; null
 // when the memory could not be had.
 FA_API void* allocate_tensor_memory(std::size_t bytes, bool huge_pages);
