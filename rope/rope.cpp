@@ -284,17 +284,24 @@ Status rope_forward(const RopeParams& p, const RopeTensors& t) {
   head_groups = std::min(head_groups, heads);
   job.heads_per_item = (heads + head_groups - 1) / head_groups;
   head_groups = (heads + job.heads_per_item - 1) / job.heads_per_item;
-  const std::int64_t items = chunks * head_groups;
+  // Each item a run of consecutive chunks (about four runs a thread), so
+  // the chunk after the one a thread rotates is its own next: the kernel
+  // prefetches it in BNSD.
+  const std::int64_t chunks_per_run = head_groups == 1 ? std::max<std::int64_t>(1, chunks / (4 * threads)) : 1;
+  const std::int64_t runs = (chunks + chunks_per_run - 1) / chunks_per_run;
+  const std::int64_t items = runs * head_groups;
   const int used = static_cast<int>(std::min<std::int64_t>(threads, items));
   const std::size_t per_thread = static_cast<std::size_t>(detail::rope_scratch_floats(job));
   std::unique_ptr<float[]> scratch(new (std::nothrow) float[per_thread * static_cast<std::size_t>(used)]);
   if (!scratch) return Status::OutOfMemory("rope: could not allocate " + std::to_string(per_thread * used * 4) + " bytes of scratch");
   const detail::RopeKernelTable* table = table_of(isa);
   detail::ThreadPool::global().parallel_for(items, used, [&](std::int64_t item, int worker) {
-    const std::int64_t c = item / head_groups, g = item % head_groups;
-    const std::int64_t t0 = c * job.chunk, t1 = std::min(tokens, t0 + job.chunk);
+    const std::int64_t r = item / head_groups, g = item % head_groups;
     const std::int64_t h0 = g * job.heads_per_item, h1 = std::min(heads, h0 + job.heads_per_item);
-    table->run(job, t0, t1, h0, h1, scratch.get() + per_thread * static_cast<std::size_t>(worker));
+    for (std::int64_t c = r * chunks_per_run; c < std::min(chunks, (r + 1) * chunks_per_run); ++c) {
+      const std::int64_t t0 = c * job.chunk, t1 = std::min(tokens, t0 + job.chunk);
+      table->run(job, t0, t1, h0, h1, scratch.get() + per_thread * static_cast<std::size_t>(worker));
+    }
   });
   return Status::Ok();
 }

@@ -7,7 +7,8 @@
 // sin rows are made first (from the table, or from the angles), expanded so
 // that both modes rotate as  out = x * C + partner(x) * S  with S carrying
 // the sign, then each head's vectors of the chunk are rotated: head by head,
-// so a BNSD tensor is read in runs of whole rows.
+// so a BNSD tensor is read in runs of whole rows (the next chunk's run of
+// each head prefetched meanwhile).
 #pragma once
 
 #include <cstdint>
@@ -178,9 +179,29 @@ inline void rotate_heads(const detail::RopeJob& job, const detail::RopeOperand& 
     for (std::int64_t t = t0; t < t1; ++t) {
       for (std::int64_t h = h0; h < h1; ++h) one(t, in_token[t - t0], out_token[t - t0], h);
     }
-  } else {
-    for (std::int64_t h = h0; h < h1; ++h) {
-      for (std::int64_t t = t0; t < t1; ++t) one(t, in_token[t - t0], out_token[t - t0], h);
+    return;
+  }
+  // Head by head, each head's rows of the chunk in one run, and the same
+  // head's rows of the next chunk (which this thread takes next: rope_forward
+  // hands out runs of chunks) sent for while this one turns: an item reads
+  // dozens of such runs, more streams than the prefetchers follow, and
+  // without it the BNSD call moved 0.65x of BSH's bytes a second (Zen 4,
+  // docs/PERF.md).
+  const std::int64_t n = t1 - t0, tokens = job.batch * job.seq, row_bytes = job.head_dim * is;
+  std::int64_t next_token[detail::kRopeMaxChunk];
+  for (std::int64_t t = t0; t < t1; ++t) {
+    const std::int64_t tn = t + n, b = tn / job.seq, s = tn % job.seq;
+    next_token[t - t0] = tn < tokens ? b * op.in_strides[0] + s * op.in_strides[2] : -1;
+  }
+  for (std::int64_t h = h0; h < h1; ++h) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      if (next_token[t - t0] >= 0) {
+        const char* row = in + (next_token[t - t0] + h * op.in_strides[1]) * is;
+        for (std::int64_t l = 0; l < row_bytes; l += 64) {
+          if (in_place) __builtin_prefetch(row + l, 1, 2); else __builtin_prefetch(row + l, 0, 2);
+        }
+      }
+      one(t, in_token[t - t0], out_token[t - t0], h);
     }
   }
 }

@@ -58,6 +58,13 @@ int run(int argc, char** argv) {
          c.layout = fa::Layout::kTND, c.cu_seqlens = {0, 5, 5, 22, 23}, c.seq = 23, c.heads = 4, c.kv_heads = 1, c.head_dim = 32;
          c.out_dtype = fa::DType::kF16;
        }},
+      // Enough tokens that each item is a run of several 16-token chunks,
+      // one of them across the two sequences, whose next chunk the BNSD
+      // kernel prefetches (in place here; out of place above).
+      {"bnsd in place, runs of chunks", [](fa::cli::RopeCase& c) {
+         c.layout = fa::Layout::kBNSD, c.batch = 2, c.seq = 300, c.heads = 4, c.kv_heads = 2, c.head_dim = 64;
+       }},
+      {"bsh, runs of chunks", [](fa::cli::RopeCase& c) { c.batch = 2, c.seq = 300, c.heads = 4, c.kv_heads = 2, c.head_dim = 64; }},
   };
   int passed = 0, failed = 0;
   for (fa::Isa isa : isas) {
