@@ -23,6 +23,18 @@
 
 namespace fa {
 namespace detail {
+
+// FA_MAX_THREADS: a cap on the cores one call uses (the guide's
+// ASCEND_VISIBILITY_BHU_LIMIT), 0 when unset or invalid
+// (the backward dispatcher applies it too).
+int max_threads_from_env() {
+  const char* v = std::getenv("FA_MAX_THREADS");
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return (*end == '\0' && n > 0 && n <= kMaxThreads) ? static_cast<int>(n) : 0;
+}
+
 Status select_isa(const std::optional<Isa>& forced, Isa* chosen);
 Status validate_params(const AttentionParams& p);
 }
@@ -99,15 +111,6 @@ TuningCache& cache() {
 
 bool valid_tile(int t) { return t >= 16 && t <= 512 && (t & (t - 1)) == 0; }
 
-// FA_MAX_THREADS: a cap on the cores one call uses (the guide's
-// ASCEND_VISIBILITY_BHU_LIMIT), 0 when unset or invalid.
-int max_threads_from_env() {
-  const char* v = std::getenv("FA_MAX_THREADS");
-  if (!v || !*v) return 0;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  return (*end == '\0' && n > 0 && n <= kMaxThreads) ? static_cast<int>(n) : 0;
-}
 
 // Hands the items of one call (or one sequence) to the thread that frees up
 // first, in the kernel's order (longest first: the last Q tiles), adding
@@ -423,7 +426,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
     for (const AttentionParams& sp : sequences) unsplit_items += groups(q_tiles_of(sp.seq_q)) * units;
   }
   int threads = want_threads;
-  if (const int cap = max_threads_from_env(); cap > 0 && cap < threads) threads = cap;
+  if (const int cap = detail::max_threads_from_env(); cap > 0 && cap < threads) threads = cap;
   // How evenly items fill the threads with chunks of `chunk` keys (a
   // per-sequence call: one chunk size for every sequence).
   auto occupancy_of = [&](std::int64_t chunk, int run_threads) {

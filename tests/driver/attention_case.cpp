@@ -101,7 +101,148 @@ Status case_supported(Version version, const CaseSpec& spec) {
   return version_supports(version, p, spec.dtype, spec.kv_dtype);
 }
 
-CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
+double grad_rel_l2_bound(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 1e-4;
+    case DType::kF16: return 5e-3;
+    default: return 3e-2;
+  }
+}
+
+namespace {
+
+// Relative L2 error of `n` values against the reference (absolute where the
+// reference is all zeros); a non-finite value counts in `nonfinite`.
+double rel_l2(const std::vector<double>& got, const std::vector<double>& want, std::int64_t* nonfinite) {
+  double err2 = 0.0, ref2 = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      ++*nonfinite;
+      continue;
+    }
+    err2 += (got[i] - want[i]) * (got[i] - want[i]);
+    ref2 += want[i] * want[i];
+  }
+  return ref2 > 0.0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+}
+
+// The backward half of a case: a random dO, the gradients (NaN first, so
+// an element the kernel forgets shows), and their errors into `r`.
+void check_gradients(const CaseSpec& spec, const AttentionParams& p, const AttentionTensors& t, Layout layout,
+                     BackwardFn backward, CaseResult* r) {
+  const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
+  const std::int64_t B = varlen ? 1 : p.batch, H = p.num_heads, Hkv = p.kv_heads(), Sq = p.seq_q, Skv = p.seq_kv,
+                     D = p.head_dim;
+  const DType gd = spec.fp32_grads ? DType::kF32 : spec.dtype;
+  HostBuffer dout(B * H * Sq * D * dtype_size(spec.dtype));
+  fill_normal(dout.data(), spec.dtype, B * H * Sq * D, spec.seed * 4 + 9, 1.0);
+  HostBuffer grads[3] = {HostBuffer(B * H * Sq * D * dtype_size(gd)), HostBuffer(B * Hkv * Skv * D * dtype_size(gd)),
+                         HostBuffer(B * Hkv * Skv * D * dtype_size(gd))};
+  const std::int64_t counts[3] = {B * H * Sq * D, B * Hkv * Skv * D, B * Hkv * Skv * D};
+  for (int i = 0; i < 3; ++i) {
+    for (std::int64_t n = 0; n < counts[i]; ++n) {
+      detail::store_from_f32(grads[i].data(), gd, n, std::numeric_limits<float>::quiet_NaN());
+    }
+  }
+  AttentionGrads g;
+  g.dout = make_view(dout.data(), spec.dtype, layout, B, H, Sq, D);
+  g.dq = make_view(grads[0].data(), gd, layout, B, H, Sq, D);
+  g.dk = make_view(grads[1].data(), gd, layout, B, Hkv, Skv, D);
+  g.dv = make_view(grads[2].data(), gd, layout, B, Hkv, Skv, D);
+  std::vector<float> dbias(p.bias ? static_cast<std::size_t>(p.bias_heads * Sq * Skv) : 0, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> dsinks(p.sinks ? static_cast<std::size_t>(H) : 0, std::numeric_limits<float>::quiet_NaN());
+  g.dbias = p.bias ? dbias.data() : nullptr;
+  g.dsinks = p.sinks ? dsinks.data() : nullptr;
+  r->status = backward(p, t, g);
+  if (!r->status.ok()) return;
+  const GradientCheck c = compare_gradients(p, t, g, spec.dtype);
+  r->status = c.status;
+  r->grad_rel_l2_error = c.worst_rel_l2;
+  r->worst_grad = c.worst;
+  r->grads_passed = c.passed;
+  r->nonfinite += c.nonfinite;
+}
+
+}  // namespace
+
+GradientCheck compare_gradients(const AttentionParams& p, const AttentionTensors& t, const AttentionGrads& g, DType dtype) {
+  GradientCheck c;
+  const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
+  const std::int64_t B = varlen ? 1 : p.batch, H = p.num_heads, Hkv = p.kv_heads(), Sq = p.seq_q, Skv = p.seq_kv,
+                     D = p.head_dim;
+  const std::int64_t counts[3] = {B * H * Sq * D, B * Hkv * Skv * D, B * Hkv * Skv * D};
+  const DType gds[3] = {g.dq.dtype, g.dk.dtype, g.dv.dtype};
+  std::vector<float> none;
+  const std::vector<float> dbias(g.dbias ? g.dbias : none.data(), g.dbias ? g.dbias + p.bias_heads * Sq * Skv : none.data());
+  const std::vector<float> dsinks(g.dsinks ? g.dsinks : none.data(), g.dsinks ? g.dsinks + H : none.data());
+  std::vector<double> ref[3] = {std::vector<double>(counts[0]), std::vector<double>(counts[1]), std::vector<double>(counts[2])};
+  std::vector<double> ref_dbias(dbias.size()), ref_dsinks(dsinks.size());
+  if (Status s = reference_backward(p, t, g.dout, ref[0].data(), ref[1].data(), ref[2].data(),
+                                    g.dbias ? ref_dbias.data() : nullptr, g.dsinks ? ref_dsinks.data() : nullptr);
+      !s.ok()) {
+    c.status = s;
+    return c;
+  }
+  // The yardstick of the accuracy rule, for the 16-bit dtypes.
+  std::vector<double> same[3], same_dbias(ref_dbias.size()), same_dsinks(ref_dsinks.size());
+  const bool rule = dtype != DType::kF32;
+  if (rule) {
+    for (int i = 0; i < 3; ++i) same[i].resize(ref[i].size());
+    if (Status s = same_dtype_backward(p, t, g.dout, dtype, same[0].data(), same[1].data(), same[2].data(),
+                                       g.dbias ? same_dbias.data() : nullptr, g.dsinks ? same_dsinks.data() : nullptr);
+        !s.ok()) {
+      c.status = s;
+      return c;
+    }
+  }
+  const char* names[3] = {"dQ", "dK", "dV"};
+  const std::int64_t heads[3] = {H, Hkv, Hkv}, seqs[3] = {Sq, Skv, Skv};
+  const double bound = grad_rel_l2_bound(dtype);
+  c.passed = true;
+  // The accuracy rule: our max error at most twice the yardstick's.
+  auto within_rule = [rule](const std::vector<double>& got, const std::vector<double>& want, const std::vector<double>& same) {
+    if (!rule) return false;
+    double ours = 0.0, yardstick = 0.0;
+    for (std::size_t n = 0; n < got.size(); ++n) {
+      ours = std::max(ours, std::abs(got[n] - want[n]));
+      yardstick = std::max(yardstick, std::abs(same[n] - want[n]));
+    }
+    return ours <= 2.0 * yardstick;
+  };
+  auto note = [&](const char* name, double e, bool within) {
+    if (e > c.worst_rel_l2 || c.worst.empty()) {
+      c.worst_rel_l2 = std::max(c.worst_rel_l2, e);
+      c.worst = name;
+    }
+    c.passed = c.passed && within;
+  };
+  for (int i = 0; i < 3; ++i) {  // the reference's order is BSH
+    const TensorView& view = i == 0 ? g.dq : i == 1 ? g.dk : g.dv;
+    std::vector<double> got(ref[i].size());
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int64_t h = 0; h < heads[i]; ++h) {
+        for (std::int64_t s = 0; s < seqs[i]; ++s) {
+          for (std::int64_t d = 0; d < D; ++d) {
+            got[((b * seqs[i] + s) * heads[i] + h) * D + d] = detail::load_as_f32(view.data, gds[i], view.offset(b, h, s, d));
+          }
+        }
+      }
+    }
+    const double e = rel_l2(got, ref[i], &c.nonfinite);
+    c.rel_l2[i] = e;
+    note(names[i], e, e <= bound || within_rule(got, ref[i], same[i]));
+  }
+  for (auto [name, values, want, yard] : {std::tuple{"dbias", &dbias, &ref_dbias, &same_dbias},
+                                          std::tuple{"dsinks", &dsinks, &ref_dsinks, &same_dsinks}}) {
+    if (values->empty()) continue;
+    const std::vector<double> got(values->begin(), values->end());
+    const double e = rel_l2(got, *want, &c.nonfinite);
+    note(name, e, e <= bound || within_rule(got, *want, *yard));
+  }
+  return c;
+}
+
+CaseResult run_case(const CaseSpec& spec, ForwardFn forward, BackwardFn backward) {
   AttentionParams p = spec.params;
   const bool varlen = !spec.seq_lens_q.empty();
   std::vector<std::int32_t> cu_q{0}, cu_kv{0};
@@ -285,6 +426,10 @@ CaseResult run_case(const CaseSpec& spec, ForwardFn forward) {
       r.yardstick_max_abs = std::max(r.yardstick_max_abs, std::abs(same[i] - ref[i]));
     }
     r.passed = r.passed && r.max_abs_error <= 2.0 * r.yardstick_max_abs;
+  }
+  if (backward) {
+    check_gradients(spec, p, t, layout, backward, &r);
+    r.passed = r.passed && r.status.ok() && r.nonfinite == 0 && r.grads_passed;
   }
   return r;
 }

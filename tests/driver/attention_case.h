@@ -17,6 +17,7 @@ enum class MaskMode { kNone, kCausal, kExplicit, kCausalAndExplicit };
 std::string mask_mode_name(MaskMode mode);
 
 using ForwardFn = Status (*)(const AttentionParams&, const AttentionTensors&);
+using BackwardFn = Status (*)(const AttentionParams&, const AttentionTensors&, const AttentionGrads&);
 
 struct CaseSpec {
   // Shape, scale, threads, tiles, sparse mode and band; `mask` sets causal
@@ -54,6 +55,9 @@ struct CaseSpec {
   // Q: K and V drawn in `dtype`, then quantized (quantize_cache); the
   // reference reads the dequantized values.
   std::optional<DType> kv_dtype;
+  // With a backward function given to run_case: the gradients in fp32
+  // rather than in the inputs' dtype.
+  bool fp32_grads = false;
 };
 
 struct CaseResult {
@@ -63,6 +67,12 @@ struct CaseResult {
   std::int64_t nonfinite = 0;  // NaN or Inf in O or in a finite-expected LSE entry
   double lse_max_error = 0.0;  // relative to 1 + |lse_ref|; mismatched -inf counts as +inf
   double yardstick_max_abs = 0.0;  // with accuracy_rule: the same-dtype attention's max error
+  // With a backward function: the largest relative L2 error of dQ, dK, dV
+  // (and dbias, dsinks where the case has a bias or sinks), which gradient
+  // it was, and whether every gradient passed (compare_gradients).
+  double grad_rel_l2_error = 0.0;
+  std::string worst_grad;
+  bool grads_passed = false;
   bool passed = false;
 };
 
@@ -73,10 +83,33 @@ inline constexpr double kLseBound = 1e-4;
 // FA_MIXED_PRECISION_SOFTMAX=OFF, whose probabilities are fp16 (a relative
 // error of up to half an fp16 ulp, 4.9e-4, in each term of the row sum).
 double lse_bound(DType dtype);
+// The gradients' relative L2 bound per dtype: 1e-4 fp32, 5e-3 fp16, 3e-2
+// bf16 (dO and O are rounded to the dtype, and D = rowsum(dO ∘ O) enters
+// every dS).
+double grad_rel_l2_bound(DType dtype);
 
 std::string describe(const CaseSpec& spec);
 
-CaseResult run_case(const CaseSpec& spec, ForwardFn forward);
+// Gradients a backward call wrote into `g` (dO read from it) against
+// reference_backward: the relative L2 error of each; each passes within
+// grad_rel_l2_bound, or for fp16 and bf16 inputs (`dtype`) by the accuracy
+// rule: its max error at most twice same_dtype_backward's (where P
+// concentrates on one key, dS = P ∘ (dP − D) cancels, and D from the
+// dtype's O carries the dtype's rounding into it).
+struct GradientCheck {
+  Status status;  // of the references
+  double rel_l2[3] = {0, 0, 0};  // dQ, dK, dV
+  double worst_rel_l2 = 0.0;     // the largest, dbias and dsinks included
+  std::string worst;
+  std::int64_t nonfinite = 0;
+  bool passed = false;
+};
+GradientCheck compare_gradients(const AttentionParams& p, const AttentionTensors& t, const AttentionGrads& g, DType dtype);
+
+// The forward against reference_forward; with `backward`, then the
+// gradients of a random dO against reference_backward (the forward's O and
+// LSE feed the backward).
+CaseResult run_case(const CaseSpec& spec, ForwardFn forward, BackwardFn backward = nullptr);
 
 // Whether `version` offers what the case asks for (version_supports on the
 // call run_case would make: varlen and sinks included).

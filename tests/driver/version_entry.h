@@ -24,6 +24,12 @@ inline constexpr const char* kVersionTag = "fa" FA_CLI_TEXT(FA_VERSION);
 inline constexpr const char* kVersionTitle = "FlashAttention-v" FA_CLI_TEXT(FA_VERSION);
 inline constexpr Version kVersion = static_cast<Version>(FA_VERSION);
 inline constexpr ForwardFn kForward = &FA_CLI_ENTRY(fa, FA_VERSION, _forward);
+// The backward pass, where the version has one (FA2).
+#if FA_VERSION == 2
+inline constexpr BackwardFn kBackward = &fa2_backward;
+#else
+inline constexpr BackwardFn kBackward = nullptr;
+#endif
 inline std::size_t version_workspace_bytes(const AttentionParams& p, DType dtype, int threads) {
   return FA_CLI_ENTRY(fa, FA_VERSION, _workspace_bytes)(p, dtype, threads);
 }

@@ -396,6 +396,54 @@ FA_API Status fa2_forward(const AttentionParams& params, const AttentionTensors&
 // inputs (FA1 and FA2 refuse those).
 FA_API Status fa3_forward(const AttentionParams& params, const AttentionTensors& tensors);
 
+// ------------------------------------------------------------- backward ---
+
+// The gradients of one attention call (training).  `dout` is read; the rest
+// is written.  dQ has Q's shape, dK and dV K's and V's (with GQA each K/V
+// head's gradient summed over its group of query heads); each may be stored
+// in its input's dtype or in fp32, in any layout.
+struct AttentionGrads {
+  TensorView dout;  // dO: [batch, num_heads, seq_q, head_dim], Q's dtype
+  TensorView dq;    // [batch, num_heads,    seq_q,  head_dim]
+  TensorView dk;    // [batch, num_kv_heads, seq_kv, head_dim]
+  TensorView dv;    // [batch, num_kv_heads, seq_kv, head_dim]
+  // Optional (null: not computed).  With a bias tensor: the bias's gradient,
+  // fp32 [bias_heads, seq_q, seq_kv], summed over the batch (and over the
+  // heads when one bias is shared).  With sinks: each sink logit's
+  // gradient, fp32 [num_heads].
+  float* dbias = nullptr;
+  float* dsinks = nullptr;
+};
+
+// FlashAttention-2's backward pass (in libflash_attention_fa2.so): dQ, dK and
+// dV of the forward call `params` and `tensors` describe, given its output
+// O (tensors.o) and log-sum-exp (tensors.lse, required) and dO.  P is
+// recomputed tile by tile from the LSE; no seq_q x seq_kv buffer exists.
+// fp32 arithmetic for fp32, fp16 and bf16 inputs.  The results are
+// bit-identical across runs and thread counts (docs/DESIGN.md says how).
+// Every mask and sparse mode, GQA/MQA, ALiBi, the bias (and its gradient),
+// softcap, dropout (the forward's mask, recomputed), sinks (and their
+// gradients) and variable-length (TND) calls; FP8 inputs, quantized or
+// paged K/V caches and per-sequence key counts (inference features) are
+// refused with kUnsupported.  Never aborts.
+FA_API Status fa2_backward(const AttentionParams& params, const AttentionTensors& tensors, const AttentionGrads& grads);
+
+// The float64 reference of the gradients, written from the formulas (a full
+// score row at a time): dq [batch, seq_q, num_heads, head_dim], dk and dv
+// [batch, seq_kv, num_kv_heads, head_dim] (the BSH order; variable-length
+// calls: batch 1 over the total tokens), dbias [bias_heads, seq_q, seq_kv]
+// and dsinks [num_heads] (either may be null).  O and the LSE are not read:
+// the reference recomputes them.
+FA_API Status reference_backward(const AttentionParams& params, const AttentionTensors& tensors, const TensorView& dout,
+                                 double* dq, double* dk, double* dv, double* dbias, double* dsinks);
+
+// The backward pass's accuracy yardstick (as same_dtype_attention is the
+// forward's): the same formulas with each stage's result rounded to
+// `compute` (scores, P, O, D = rowsum(dO ∘ O), dP, dS), the gradients' sums
+// rounded once.  Outputs as reference_backward's.
+FA_API Status same_dtype_backward(const AttentionParams& params, const AttentionTensors& tensors, const TensorView& dout,
+                                  DType compute, double* dq, double* dk, double* dv, double* dbias, double* dsinks);
+
 // Whether `version` offers what `params` asks for on inputs of `dtype` (OK),
 // else an Unsupported status saying what it lacks and which version has it.
 // `kv_dtype`: K's and V's when they differ from Q's (a quantized cache).

@@ -1,0 +1,213 @@
+// The backward dispatcher (fa2_backward, in libflash_attention_fa2.so):
+// checks the call, picks the kernel path as the forward does, sizes the
+// tiles and the scratch, and hands a plain job description to the path's
+// backward table (kernels/<isa>/backward_<isa>.cpp, the loop of
+// kernels/backward_loop.h); variable-length calls run one job per sequence,
+// in order.  Then the sinks' partials are summed per head.
+#include <cstring>
+#include <string>
+
+#include "../kernels/backward_job.h"
+#include "backward_checks.h"
+#include "backward_dispatch.h"
+#include "flash_attention/flash_attention.h"
+#include "workspace_cache.h"
+
+namespace fa::detail {
+
+Status select_isa(const std::optional<Isa>& forced, Isa* chosen);
+int max_threads_from_env();
+
+#if FA_BUILD_GENERIC
+extern const BackwardKernelTable kBackward_generic;
+#endif
+#if FA_BUILD_AVX2
+extern const BackwardKernelTable kBackward_avx2;
+#endif
+#if FA_BUILD_AVX512
+extern const BackwardKernelTable kBackward_avx512;
+#endif
+#if FA_BUILD_AVX512BF16
+extern const BackwardKernelTable kBackward_avx512bf16;
+#endif
+#if FA_BUILD_AMX
+extern const BackwardKernelTable kBackward_amx;
+#endif
+
+const BackwardKernelTable* backward_kernel_table(Isa isa) {
+  switch (isa) {
+#if FA_BUILD_GENERIC
+    case Isa::kGeneric: return &kBackward_generic;
+#endif
+#if FA_BUILD_AVX2
+    case Isa::kAvx2: return &kBackward_avx2;
+#endif
+#if FA_BUILD_AVX512
+    case Isa::kAvx512: return &kBackward_avx512;
+#endif
+#if FA_BUILD_AVX512BF16
+    case Isa::kAvx512Bf16: return &kBackward_avx512bf16;
+#endif
+#if FA_BUILD_AMX
+    case Isa::kAmx: return &kBackward_amx;
+#endif
+    default: return nullptr;
+  }
+}
+
+namespace {
+
+// The backward's tiles: the call's explicit tile_q / tile_kv (validated as
+// the forward's: powers of two from 16 to 512), else 64 x 64.  A 64 x 64
+// block's working set at head_dim 128 (K, V, dK, dV, Q, dO, dQ and the
+// transposes, four score-shaped buffers) is about 360 KiB, inside the L2 of
+// the CPUs this library targets.
+constexpr int kBackwardTile = 64;
+int backward_tile(int asked) { return asked > 0 ? asked : kBackwardTile; }
+
+// The job's forward half: what the forward loop's job would hold.
+AttentionJob forward_half(const AttentionParams& p, const AttentionTensors& t, int threads) {
+  AttentionJob f{};
+  f.q = t.q.data;
+  f.k = t.k.data;
+  f.v = t.v.data;
+  f.o = t.o.data;
+  f.lse = t.lse;
+  f.lse_strides[0] = p.num_heads * p.seq_q;
+  f.lse_strides[1] = p.seq_q;
+  f.mask = p.mask;
+  f.dtype = f.kv_dtype = f.o_dtype = t.q.dtype;
+  f.batch = p.batch;
+  f.seq_q = p.seq_q;
+  f.seq_kv = p.seq_kv;
+  f.heads = p.num_heads;
+  f.kv_group = p.num_heads / p.kv_heads();
+  f.head_dim = p.head_dim;
+  for (int a = 0; a < 3; ++a) {
+    f.q_strides[a] = t.q.strides[a];
+    f.k_strides[a] = t.k.strides[a];
+    f.v_strides[a] = t.v.strides[a];
+    f.o_strides[a] = t.o.strides[a];
+  }
+  f.scale_log2 = p.softmax_scale() * 1.4426950408889634f;
+  f.window = key_window(p);
+  f.sinks = p.sinks;
+  f.softcap_log2 = p.softcap * 1.4426950408889634f;
+  f.alibi_slopes = p.alibi_slopes;
+  f.bias = p.bias;
+  f.bias_head_stride = p.bias && p.bias_heads > 1 ? p.seq_q * p.seq_kv : 0;
+  f.dropout = dropout_of(p);
+  f.tile_q = backward_tile(p.tile_q);
+  f.tile_kv = backward_tile(p.tile_kv);
+  f.threads = threads;
+  return f;
+}
+
+}  // namespace
+
+Status run_backward(const AttentionParams& p, const AttentionTensors& t, const AttentionGrads& g) {
+  if (Status s = check_backward_inputs(p, t, g.dout, "fa2_backward"); !s.ok()) return s;
+  if (Status s = check_backward_outputs(p, t, g); !s.ok()) return s;
+  Isa isa;
+  if (Status s = select_isa(p.isa, &isa); !s.ok()) return s;
+  const BackwardKernelTable* table = backward_kernel_table(isa);
+  if (!table) return Status::Unsupported("fa2_backward: the " + std::string(isa_name(isa)) + " path is not built");
+
+  int threads = p.threads > 0 ? p.threads : default_thread_count();
+  if (const int cap = max_threads_from_env(); cap > 0 && cap < threads) threads = cap;
+  BackwardJob job{};
+  job.fwd = forward_half(p, t, threads);
+  job.dout = g.dout.data;
+  const TensorView* grads[3] = {&g.dq, &g.dk, &g.dv};
+  for (int i = 0; i < 3; ++i) {
+    job.grad[i] = grads[i]->data;
+    job.grad_dtype[i] = grads[i]->dtype;
+    for (int a = 0; a < 3; ++a) job.grad_strides[i][a] = grads[i]->strides[a];
+  }
+  for (int a = 0; a < 3; ++a) job.dout_strides[a] = g.dout.strides[a];
+  job.scale = p.softmax_scale();
+  job.dbias = g.dbias;
+  job.bias_heads = p.bias_heads > 1 ? p.bias_heads : 1;
+
+  // Scratch: each thread's tiles, then D of every row and the sinks'
+  // partials of every (sequence or batch entry, head).
+  const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
+  const std::size_t per_thread = table->workspace_floats(job);
+  const std::size_t delta_floats = static_cast<std::size_t>((varlen ? 1 : p.batch) * p.num_heads * p.seq_q);
+  const std::size_t sink_floats = static_cast<std::size_t>(p.batch * p.num_heads);
+  const std::size_t bytes = (per_thread * threads + delta_floats + sink_floats) * sizeof(float);
+  const WorkspaceBlock block(bytes);
+  if (!block) {
+    return Status::OutOfMemory("fa2_backward: could not allocate " + std::to_string(bytes) + " bytes of workspace");
+  }
+  job.scratch = static_cast<float*>(block.get());
+  job.per_thread_floats = per_thread;
+  job.delta = job.scratch + per_thread * threads;
+  float* const sink_parts = job.delta + delta_floats;
+  job.sink_parts = g.dsinks ? sink_parts : nullptr;
+
+  if (!varlen) {
+    table->run(job);
+  } else {
+    // One job per sequence over its rows of the packed tensors ([1, heads,
+    // total, head_dim]; the LSE [1, heads, total]), in order.
+    const std::size_t es = dtype_size(t.q.dtype);
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      const AttentionParams sp = sequence_params(p, b);
+      if (g.dsinks) {  // a sequence without rows or keys takes no part
+        for (std::int64_t h = 0; h < p.num_heads; ++h) sink_parts[b * p.num_heads + h] = 0.0f;
+      }
+      const std::int64_t q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_kv[b];
+      BackwardJob sj = job;
+      auto at = [&](const void* base, const std::int64_t* strides, std::int64_t token) {
+        return static_cast<const char*>(base) + token * strides[2] * es;
+      };
+      if (sp.seq_kv == 0) {  // rows with nothing to attend: dQ = 0
+        const std::size_t qes = dtype_size(g.dq.dtype);
+        for (std::int64_t h = 0; h < p.num_heads; ++h) {
+          for (std::int64_t i = q0; i < q0 + sp.seq_q; ++i) {
+            std::memset(static_cast<char*>(g.dq.data) + g.dq.offset(0, h, i, 0) * qes, 0, qes * p.head_dim);
+          }
+        }
+        continue;
+      }
+      if (sp.seq_q == 0) {  // keys no query reads: dK = dV = 0
+        for (const TensorView* v : {&g.dk, &g.dv}) {
+          const std::size_t ves = dtype_size(v->dtype);
+          for (std::int64_t h = 0; h < p.kv_heads(); ++h) {
+            for (std::int64_t j = k0; j < k0 + sp.seq_kv; ++j) {
+              std::memset(static_cast<char*>(v->data) + v->offset(0, h, j, 0) * ves, 0, ves * p.head_dim);
+            }
+          }
+        }
+        continue;
+      }
+      sj.fwd = forward_half(sp, t, threads);
+      sj.fwd.q = at(t.q.data, t.q.strides, q0);
+      sj.fwd.o = const_cast<char*>(at(t.o.data, t.o.strides, q0));  // (read only)
+      sj.fwd.k = at(t.k.data, t.k.strides, k0);
+      sj.fwd.v = at(t.v.data, t.v.strides, k0);
+      sj.fwd.lse = t.lse + q0;
+      sj.fwd.lse_strides[0] = 0;
+      sj.fwd.lse_strides[1] = p.seq_q;
+      sj.dout = at(g.dout.data, g.dout.strides, q0);
+      for (int i = 0; i < 3; ++i) {
+        const std::size_t ges = dtype_size(job.grad_dtype[i]);
+        sj.grad[i] = static_cast<char*>(job.grad[i]) + (i == 0 ? q0 : k0) * job.grad_strides[i][2] * ges;
+      }
+      sj.delta = job.delta + q0 * p.num_heads;
+      sj.sink_parts = g.dsinks ? sink_parts + b * p.num_heads : nullptr;
+      table->run(sj);
+    }
+  }
+  if (g.dsinks) {  // summed over the batch entries (or sequences) in order
+    for (std::int64_t h = 0; h < p.num_heads; ++h) {
+      double sum = 0.0;
+      for (std::int64_t b = 0; b < p.batch; ++b) sum += sink_parts[b * p.num_heads + h];
+      g.dsinks[h] = static_cast<float>(sum);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace fa::detail

@@ -1,0 +1,407 @@
+// FlashAttention-2's backward pass on one path's vector unit: P recomputed
+// tile by tile from the forward's log-sum-exp, every product on the FMA
+// microkernel (microkernel.h), the masks and score modifiers the forward's
+// own (tile_mask.h, score_modifiers.h), so the P the backward differentiates
+// is the forward's.  Three parallel loops, each item owning what it writes:
+//   pass 0, item (batch, head):       D_i = dO_i · O_i, and the sinks' partials;
+//   pass 1, item (batch, K/V head,    dV = Σ (P∘Z)ᵀ dO and dK = scale Σ dS'ᵀ Q
+//           K/V tile):                over the group's query heads and Q tiles;
+//   pass 2, item (batch, head,        dQ = scale Σ dS' K over the K/V tiles
+//           Q tile):                  (with dbias: item (bias head, Q tile),
+//                                     every batch entry and sharing head in turn).
+// dS = P ∘ (Z ∘ dP − D) with dP = dO Vᵀ (Z: the dropout factors), dS' = dS
+// through softcap's tanh.  Pass 2 recomputes P and dP rather than sharing
+// dQ between pass 1's items: no item writes another's rows, so the result
+// does not depend on the thread count or the order items run in
+// (docs/DESIGN.md, "The backward pass").
+//
+// Compiled inside the path's namespace, after its vec_<isa>.h.
+#pragma once
+
+#include <cstring>
+
+#include "../common/thread_pool.h"
+#include "backward_job.h"
+#include "microkernel.h"
+#include "score_modifiers.h"
+#include "tile_mask.h"
+#include "vec_io.h"
+
+namespace fa::FA_KERNEL_NS {
+
+using detail::BackwardJob;
+
+inline int round_up_to(int n, int m) { return (n + m - 1) / m * m; }
+
+// One thread's scratch.  Rows of Q, dO, K, V and the accumulators are Dp =
+// head_dim rounded up to the vector width (zero columns beyond head_dim);
+// tile-by-tile buffers are Sᵀ-shaped, [K/V tile row][Q tile lane], like the
+// forward's, so its mask and modifiers apply to them as they are.
+struct BackwardScratch {
+  float* k;      // [tile_kv][Dp]  K tile
+  float* v;      // [tile_kv][Dp]  V tile
+  float* dk;     // [tile_kv][Dp]  pass 1: dK accumulator (without the scale)
+  float* dv;     // [tile_kv][Dp]  pass 1: dV accumulator
+  float* q;      // [tile_q][Dp]   Q tile
+  float* dout;   // [tile_q][Dp]   dO tile
+  float* dq;     // [tile_q][Dp]   pass 2: dQ accumulator (without the scale)
+  float* qt;     // [Dp][tile_q]   Qᵀ
+  float* dot;    // [Dp][tile_q]   dOᵀ
+  float* p;      // [tile_kv][tile_q] Sᵀ, then Pᵀ
+  float* pz;     // [tile_kv][tile_q] (P ∘ Z)ᵀ under dropout (else p is used)
+  float* ds;     // [tile_kv][tile_q] dPᵀ, then dSᵀ, then dS'ᵀ
+  float* cap;    // [tile_kv][tile_q] softcap: 1 - tanh² of each score
+  float* lse2;   // [tile_q] the rows' LSE in log2 units (+inf: the row attends nothing)
+  float* delta;  // [tile_q] the rows' D_i
+  float* ones;   // [max(Dp, tile_q)] the accumulating products' column scale
+
+  static int padded_dim(const BackwardJob& job) { return round_up_to(static_cast<int>(job.fwd.head_dim), Vec::W); }
+  static std::size_t floats(const BackwardJob& job) {
+    const std::size_t tq = job.fwd.tile_q, tk = job.fwd.tile_kv, dp = padded_dim(job);
+    return pad16(tk * dp) * 4 + pad16(tq * dp) * 5 + pad16(tk * tq) * 4 + pad16(tq) * 2 + pad16(dp > tq ? dp : tq);
+  }
+  static BackwardScratch carve(const BackwardJob& job, float* f) {
+    const std::size_t tq = job.fwd.tile_q, tk = job.fwd.tile_kv, dp = padded_dim(job);
+    BackwardScratch w;
+    for (float** b : {&w.k, &w.v, &w.dk, &w.dv}) *b = f, f += pad16(tk * dp);
+    for (float** b : {&w.q, &w.dout, &w.dq, &w.qt, &w.dot}) *b = f, f += pad16(tq * dp);
+    for (float** b : {&w.p, &w.pz, &w.ds, &w.cap}) *b = f, f += pad16(tk * tq);
+    w.lse2 = f, f += pad16(tq);
+    w.delta = f, f += pad16(tq);
+    w.ones = f;
+    for (std::size_t i = 0; i < (dp > tq ? dp : tq); ++i) w.ones[i] = 1.0f;
+    return w;
+  }
+};
+
+inline std::size_t backward_workspace_floats(const BackwardJob& job) { return BackwardScratch::floats(job); }
+
+// `rows` rows (`row_stride` elements apart) of a DT tensor into fp32 [.][Dp],
+// and zero rows up to `fill_rows` (the lanes of a partial vector).
+template <DType DT>
+inline void load_rows(const void* base, std::int64_t row_stride, int rows, int fill_rows, int D, int Dp, float* dst) {
+  const std::size_t es = dtype_size(DT);
+  for (int r = 0; r < rows; ++r) {
+    load_tile<DT>(static_cast<const char*>(base) + r * row_stride * es, 0, 1, D, dst + std::int64_t(r) * Dp);
+    for (int d = D; d < Dp; ++d) dst[std::int64_t(r) * Dp + d] = 0.0f;
+  }
+  for (int r = rows; r < fill_rows; ++r) std::memset(dst + std::int64_t(r) * Dp, 0, sizeof(float) * Dp);
+}
+
+// [lanes][Dp] -> [Dp][tq], in 16 x 16 blocks so each line written fills.
+inline void transpose_rows(const float* src, int lanes, int Dp, float* dst, int tq) {
+  for (int r0 = 0; r0 < lanes; r0 += 16) {
+    for (int d0 = 0; d0 < Dp; d0 += 16) {
+      for (int r = r0; r < r0 + 16 && r < lanes; ++r) {
+        for (int d = d0; d < d0 + 16 && d < Dp; ++d) dst[std::int64_t(d) * tq + r] = src[std::int64_t(r) * Dp + d];
+      }
+    }
+  }
+}
+
+// Writes `rows` fp32 rows [.][Dp] times `mul` into a gradient view.
+inline void store_rows(void* base, DType dtype, std::int64_t row_stride, int rows, int D, int Dp, const float* src,
+                       float mul) {
+  for (int r = 0; r < rows; ++r) {
+    const float* in = src + std::int64_t(r) * Dp;
+    const std::int64_t at = r * row_stride;
+    int d = 0;
+    for (; d + Vec::W <= D; d += Vec::W) {
+      const typename Vec::T x = Vec::mul(Vec::load(in + d), Vec::set1(mul));
+      switch (dtype) {
+        case DType::kF16: store_vec<DType::kF16>(base, at + d, x, false); break;
+        case DType::kBF16: store_vec<DType::kBF16>(base, at + d, x, false); break;
+        default: store_vec<DType::kF32>(base, at + d, x, false); break;
+      }
+    }
+    for (; d < D; ++d) detail::store_from_f32(base, dtype, at + d, in[d] * mul);
+  }
+}
+
+// The rows of one Q tile of (batch b, head h): Q and dO as rows and
+// transposed, their LSE (log2 units) and D.
+struct QTile {
+  std::int64_t b, h, i0;
+  int rows, lanes;  // rows, and rows rounded up to whole vectors
+};
+
+template <DType DT>
+inline void load_q_tile(const BackwardJob& job, const BackwardScratch& w, const QTile& t) {
+  const detail::AttentionJob& f = job.fwd;
+  const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job), tq = f.tile_q;
+  const std::size_t es = dtype_size(DT);
+  const char* q = static_cast<const char*>(f.q) + (t.b * f.q_strides[0] + t.h * f.q_strides[1] + t.i0 * f.q_strides[2]) * es;
+  const char* g = static_cast<const char*>(job.dout) +
+                  (t.b * job.dout_strides[0] + t.h * job.dout_strides[1] + t.i0 * job.dout_strides[2]) * es;
+  load_rows<DT>(q, f.q_strides[2], t.rows, t.lanes, D, Dp, w.q);
+  load_rows<DT>(g, job.dout_strides[2], t.rows, t.lanes, D, Dp, w.dout);
+  transpose_rows(w.q, t.lanes, Dp, w.qt, tq);
+  transpose_rows(w.dout, t.lanes, Dp, w.dot, tq);
+  const float* lse = f.lse + t.b * f.lse_strides[0] + t.h * f.lse_strides[1] + t.i0;
+  const float* delta = job.delta + (t.b * f.heads + t.h) * f.seq_q + t.i0;
+  for (int r = 0; r < t.lanes; ++r) {
+    // A row that attends nothing (LSE -inf) and the padding lanes get P = 0
+    // from exp2(s - inf); (their scores are -inf or 0, never +inf).
+    const bool live = r < t.rows && lse[r] != kNegInf;
+    w.lse2[r] = live ? lse[r] * 1.4426950408889634f : __builtin_inff();
+    w.delta[r] = r < t.rows ? delta[r] : 0.0f;
+  }
+}
+
+template <DType DT>
+inline void load_kv_rows(const BackwardJob& job, const BackwardScratch& w, std::int64_t b, std::int64_t hk, std::int64_t j0,
+                         int cols) {
+  const detail::AttentionJob& f = job.fwd;
+  const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job);
+  const std::size_t es = dtype_size(DT);
+  const char* k = static_cast<const char*>(f.k) + (b * f.k_strides[0] + hk * f.k_strides[1] + j0 * f.k_strides[2]) * es;
+  const char* v = static_cast<const char*>(f.v) + (b * f.v_strides[0] + hk * f.v_strides[1] + j0 * f.v_strides[2]) * es;
+  load_rows<DT>(k, f.k_strides[2], cols, cols, D, Dp, w.k);
+  load_rows<DT>(v, f.v_strides[2], cols, cols, D, Dp, w.v);
+}
+
+// Whether some row of [i0, i0 + rows) may attend some key of [j0, j0 + cols)
+// (windows move forward with the row: the first row's begin and the last
+// row's end bound them all).
+inline bool block_live(const detail::AttentionJob& f, std::int64_t i0, int rows, std::int64_t j0, int cols) {
+  if (!f.window.active) return true;
+  return j0 < key_end(f, i0 + rows - 1) && j0 + cols > key_begin(f, i0);
+}
+
+// The forward job split for the backward's modifiers: softcap alone (its
+// tanh is kept for the chain rule), then ALiBi and the bias.
+struct ModifierJobs {
+  detail::AttentionJob softcap, others;
+  explicit ModifierJobs(const detail::AttentionJob& f) : softcap(f), others(f) {
+    softcap.alibi_slopes = nullptr;
+    softcap.bias = nullptr;
+    others.softcap_log2 = 0.0f;
+  }
+};
+
+// One (Q tile, K/V tile) block: Pᵀ (w.p), (P ∘ Z)ᵀ (returned: w.pz under
+// dropout, else w.p) and dSᵀ in natural units (w.ds), from the loaded Q,
+// dO (transposed), K and V.  With softcap, w.cap holds 1 - tanh².
+inline const float* block_gradients(const BackwardJob& job, const ModifierJobs& mods, const BackwardScratch& w,
+                                    const QTile& t, std::int64_t j0, int cols) {
+  const detail::AttentionJob& f = job.fwd;
+  const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job), tq = f.tile_q;
+  const int nvec = t.lanes / Vec::W;
+  // Sᵀ = K Qᵀ, scaled into log2 units with its modifiers, masked.
+  gemm<false>(w.k, Dp, 1, cols, D, w.qt, tq, nvec, w.p, tq, nullptr);
+  const typename Vec::T scale = Vec::set1(score_scale(f, t.h));
+  for (int c = 0; c < cols; ++c) {
+    for (int r = 0; r < t.lanes; r += Vec::W) {
+      float* s = w.p + std::int64_t(c) * tq + r;
+      Vec::store(s, Vec::mul(Vec::load(s), scale));
+    }
+  }
+  if (f.softcap_log2 > 0.0f) {
+    modify_scores(mods.softcap, t.h, t.i0, t.lanes, j0, cols, w.p, tq, 1);
+    const typename Vec::T inv = Vec::set1(1.0f / f.softcap_log2), one = Vec::set1(1.0f);
+    for (int c = 0; c < cols; ++c) {
+      for (int r = 0; r < t.lanes; r += Vec::W) {
+        const typename Vec::T th = Vec::mul(Vec::load(w.p + std::int64_t(c) * tq + r), inv);
+        Vec::store(w.cap + std::int64_t(c) * tq + r, Vec::sub(one, Vec::mul(th, th)));
+      }
+    }
+  }
+  // ALiBi and the bias read rows up to i0 + rows only (padding lanes stay
+  // finite and get P = 0 from their LSE).
+  if (f.alibi_slopes || f.bias) modify_scores(mods.others, t.h, t.i0, t.rows, j0, cols, w.p, tq, 1);
+  mask_tile(f, t.i0, t.rows, j0, cols, w.p, tq);
+  // Pᵀ = 2^(s - lse).
+  for (int c = 0; c < cols; ++c) {
+    for (int r = 0; r < t.lanes; r += Vec::W) {
+      float* s = w.p + std::int64_t(c) * tq + r;
+      Vec::store(s, Vec::exp2(Vec::sub(Vec::load(s), Vec::load(w.lse2 + r))));
+    }
+  }
+  const float* pz = w.p;
+  if (f.dropout.active) {
+    const std::int64_t bh = t.b * f.heads + t.h;
+    for (int c = 0; c < cols; ++c) {
+      for (int r = 0; r < t.lanes; ++r) {
+        const std::int64_t at = std::int64_t(c) * tq + r;
+        w.pz[at] = r < t.rows ? w.p[at] * detail::dropout_factor(f.dropout, bh, t.i0 + r, j0 + c) : 0.0f;
+      }
+    }
+    pz = w.pz;
+  }
+  // dPᵀ = V dOᵀ, then dSᵀ = (P∘Z)ᵀ ∘ dPᵀ − Pᵀ ∘ D (Z ∘ dP ∘ P = (P∘Z) ∘ dP).
+  gemm<false>(w.v, Dp, 1, cols, D, w.dot, tq, nvec, w.ds, tq, nullptr);
+  for (int c = 0; c < cols; ++c) {
+    for (int r = 0; r < t.lanes; r += Vec::W) {
+      const std::int64_t at = std::int64_t(c) * tq + r;
+      Vec::store(w.ds + at, Vec::sub(Vec::mul(Vec::load(pz + at), Vec::load(w.ds + at)),
+                                     Vec::mul(Vec::load(w.p + at), Vec::load(w.delta + r))));
+    }
+  }
+  return pz;
+}
+
+// dS' = dS ∘ (1 - tanh²) where softcap is on.
+inline void apply_softcap_chain(const BackwardJob& job, const BackwardScratch& w, const QTile& t, int cols) {
+  if (job.fwd.softcap_log2 <= 0.0f) return;
+  const int tq = job.fwd.tile_q;
+  for (int c = 0; c < cols; ++c) {
+    for (int r = 0; r < t.lanes; r += Vec::W) {
+      const std::int64_t at = std::int64_t(c) * tq + r;
+      Vec::store(w.ds + at, Vec::mul(Vec::load(w.ds + at), Vec::load(w.cap + at)));
+    }
+  }
+}
+
+// Pass 0: D_i = dO_i · O_i of every row of (b, h), and its sink's partial.
+template <DType DT>
+inline void delta_item(const BackwardJob& job, std::int64_t bh) {
+  const detail::AttentionJob& f = job.fwd;
+  const std::int64_t b = bh / f.heads, h = bh % f.heads;
+  const int D = static_cast<int>(f.head_dim);
+  const std::size_t es = dtype_size(DT);
+  float* delta = job.delta + bh * f.seq_q;
+  double sink_part = 0.0;
+  for (std::int64_t i = 0; i < f.seq_q; ++i) {
+    const char* o = static_cast<const char*>(f.o) + (b * f.o_strides[0] + h * f.o_strides[1] + i * f.o_strides[2]) * es;
+    const char* g = static_cast<const char*>(job.dout) +
+                    (b * job.dout_strides[0] + h * job.dout_strides[1] + i * job.dout_strides[2]) * es;
+    float sum = 0.0f;
+    for (int d = 0; d < D; ++d) sum += load_scalar<DT>(o, d) * load_scalar<DT>(g, d);
+    delta[i] = sum;
+    if (job.sink_parts) {
+      const float lse = f.lse[b * f.lse_strides[0] + h * f.lse_strides[1] + i];
+      if (lse != kNegInf) sink_part -= std::exp(double(f.sinks[h]) - double(lse)) * double(sum);
+    }
+  }
+  if (job.sink_parts) job.sink_parts[bh] = static_cast<float>(sink_part);
+}
+
+// The Q tiles of one head that may reach keys [j0, j0 + cols) (all of them
+// without a window).
+inline QTile q_tile(const BackwardJob& job, std::int64_t b, std::int64_t h, std::int64_t qt) {
+  const detail::AttentionJob& f = job.fwd;
+  QTile t{b, h, qt * f.tile_q, 0, 0};
+  t.rows = static_cast<int>(f.seq_q - t.i0 < f.tile_q ? f.seq_q - t.i0 : f.tile_q);
+  t.lanes = round_up_to(t.rows, Vec::W);
+  return t;
+}
+
+// Pass 1: dK and dV of K/V tile `kt` of (b, hk), over its group's heads.
+template <DType DT>
+inline void dkdv_item(const BackwardJob& job, const ModifierJobs& mods, const BackwardScratch& w, std::int64_t b,
+                      std::int64_t hk, std::int64_t kt) {
+  const detail::AttentionJob& f = job.fwd;
+  const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job), tq = f.tile_q;
+  const std::int64_t j0 = kt * f.tile_kv;
+  const int cols = static_cast<int>(f.seq_kv - j0 < f.tile_kv ? f.seq_kv - j0 : f.tile_kv);
+  load_kv_rows<DT>(job, w, b, hk, j0, cols);
+  std::memset(w.dk, 0, sizeof(float) * cols * Dp);
+  std::memset(w.dv, 0, sizeof(float) * cols * Dp);
+  const std::int64_t q_tiles = (f.seq_q + tq - 1) / tq;
+  for (std::int64_t h = hk * f.kv_group; h < (hk + 1) * f.kv_group; ++h) {
+    for (std::int64_t qi = 0; qi < q_tiles; ++qi) {
+      const QTile t = q_tile(job, b, h, qi);
+      if (!block_live(f, t.i0, t.rows, j0, cols)) continue;
+      load_q_tile<DT>(job, w, t);
+      const float* pz = block_gradients(job, mods, w, t, j0, cols);
+      apply_softcap_chain(job, w, t, cols);
+      // dV += (P∘Z)ᵀ dO and dK += dS'ᵀ Q: rows are keys, the reduction runs
+      // over the tile's query rows.
+      gemm<true, false>(pz, tq, 1, cols, t.rows, w.dout, Dp, Dp / Vec::W, w.dv, Dp, w.ones);
+      gemm<true, false>(w.ds, tq, 1, cols, t.rows, w.q, Dp, Dp / Vec::W, w.dk, Dp, w.ones);
+    }
+  }
+  for (int g = 1; g <= 2; ++g) {
+    const std::size_t es = dtype_size(job.grad_dtype[g]);
+    char* out = static_cast<char*>(job.grad[g]) + (b * job.grad_strides[g][0] + hk * job.grad_strides[g][1] +
+                                                   j0 * job.grad_strides[g][2]) * es;
+    store_rows(out, job.grad_dtype[g], job.grad_strides[g][2], cols, D, Dp, g == 1 ? w.dk : w.dv, g == 1 ? job.scale : 1.0f);
+  }
+}
+
+// Pass 2: dQ of Q tile `qi` of (b, h), and its rows' share of dbias.
+template <DType DT>
+inline void dq_tile(const BackwardJob& job, const ModifierJobs& mods, const BackwardScratch& w, std::int64_t b,
+                    std::int64_t h, std::int64_t qi) {
+  const detail::AttentionJob& f = job.fwd;
+  const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job), tq = f.tile_q, tk = f.tile_kv;
+  const QTile t = q_tile(job, b, h, qi);
+  load_q_tile<DT>(job, w, t);
+  std::memset(w.dq, 0, sizeof(float) * t.rows * Dp);
+  float* dbias = job.dbias ? job.dbias + (job.bias_heads > 1 ? h : 0) * f.seq_q * f.seq_kv : nullptr;
+  const std::int64_t hk = h / f.kv_group, kv_tiles = (f.seq_kv + tk - 1) / tk;
+  for (std::int64_t kt = 0; kt < kv_tiles; ++kt) {
+    const std::int64_t j0 = kt * tk;
+    const int cols = static_cast<int>(f.seq_kv - j0 < tk ? f.seq_kv - j0 : tk);
+    if (!block_live(f, t.i0, t.rows, j0, cols)) continue;
+    load_kv_rows<DT>(job, w, b, hk, j0, cols);
+    block_gradients(job, mods, w, t, j0, cols);
+    if (dbias) {  // the bias is added after softcap: its gradient is dS itself
+      for (int r = 0; r < t.rows; ++r) {
+        float* row = dbias + (t.i0 + r) * f.seq_kv + j0;
+        for (int c = 0; c < cols; ++c) row[c] += w.ds[std::int64_t(c) * tq + r];
+      }
+    }
+    apply_softcap_chain(job, w, t, cols);
+    // dQ += dS' K: A(r, c) = dS'ᵀ[c][r].
+    gemm<true, false>(w.ds, 1, tq, t.rows, cols, w.k, Dp, Dp / Vec::W, w.dq, Dp, w.ones);
+  }
+  const std::size_t es = dtype_size(job.grad_dtype[0]);
+  char* out = static_cast<char*>(job.grad[0]) +
+              (b * job.grad_strides[0][0] + h * job.grad_strides[0][1] + t.i0 * job.grad_strides[0][2]) * es;
+  store_rows(out, job.grad_dtype[0], job.grad_strides[0][2], t.rows, D, Dp, w.dq, job.scale);
+}
+
+template <DType DT>
+inline void run_backward_typed(const BackwardJob& job) {
+  const detail::AttentionJob& f = job.fwd;
+  detail::ThreadPool& pool = detail::ThreadPool::global();
+  const ModifierJobs mods(f);
+  auto scratch = [&](int worker) {
+    return BackwardScratch::carve(job, job.scratch + static_cast<std::size_t>(worker) * job.per_thread_floats);
+  };
+  const std::int64_t bh_count = f.batch * f.heads;
+  pool.parallel_for(bh_count, f.threads, [&](std::int64_t bh, int) { delta_item<DT>(job, bh); });
+
+  const std::int64_t kv_tiles = (f.seq_kv + f.tile_kv - 1) / f.tile_kv, kv_heads = f.heads / f.kv_group;
+  pool.parallel_for(f.batch * kv_heads * kv_tiles, f.threads, [&](std::int64_t item, int worker) {
+    const std::int64_t kt = item % kv_tiles, bhk = item / kv_tiles;
+    dkdv_item<DT>(job, mods, scratch(worker), bhk / kv_heads, bhk % kv_heads, kt);
+  });
+
+  const std::int64_t q_tiles = (f.seq_q + f.tile_q - 1) / f.tile_q;
+  if (!job.dbias) {
+    pool.parallel_for(bh_count * q_tiles, f.threads, [&](std::int64_t item, int worker) {
+      const std::int64_t bh = item / q_tiles;
+      dq_tile<DT>(job, mods, scratch(worker), bh / f.heads, bh % f.heads, item % q_tiles);
+    });
+    return;
+  }
+  // With dbias, an item owns its bias head's rows of one Q tile: it clears
+  // them, then adds every (batch, head) that reads them, in a fixed order.
+  pool.parallel_for(job.bias_heads * q_tiles, f.threads, [&](std::int64_t item, int worker) {
+    const std::int64_t hb = item / q_tiles, qi = item % q_tiles;
+    const std::int64_t i0 = qi * f.tile_q, rows = f.seq_q - i0 < f.tile_q ? f.seq_q - i0 : f.tile_q;
+    std::memset(job.dbias + (hb * f.seq_q + i0) * f.seq_kv, 0, sizeof(float) * rows * f.seq_kv);
+    const BackwardScratch w = scratch(worker);
+    for (std::int64_t b = 0; b < f.batch; ++b) {
+      for (std::int64_t h = 0; h < f.heads; ++h) {
+        if (job.bias_heads == 1 || h == hb) dq_tile<DT>(job, mods, w, b, h, qi);
+      }
+    }
+  });
+}
+
+inline void run_backward(const BackwardJob& job) {
+  switch (job.fwd.dtype) {
+    case DType::kF16: run_backward_typed<DType::kF16>(job); break;
+    case DType::kBF16: run_backward_typed<DType::kBF16>(job); break;
+    default: run_backward_typed<DType::kF32>(job); break;
+  }
+}
+
+inline constexpr detail::BackwardKernelTable backward_table_of(Isa isa, const char* name) {
+  return {isa, name, &backward_workspace_floats, &run_backward};
+}
+
+}  // namespace fa::FA_KERNEL_NS
