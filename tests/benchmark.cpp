@@ -2,6 +2,8 @@
 // times it, and prints the lines the guide's scripts parse:
 //   Latency: <median ms> ms / Throughput: <x> TFLOPS / Peak Memory: <MB> MB
 //   (and with --check) Max Abs Error: <e>
+// With --backward (FA2), the backward pass too: Backward Latency / Backward
+// Throughput.
 // Exit status: 0 success, 1 --check failed, 2 bad input.
 #include <unistd.h>
 
@@ -265,6 +267,10 @@ int run(int argc, char** argv) {
   fa::cli::bind_pointers(o);
   fa::cli::set_huge_page_buffers(o.huge_pages);  // before the first tensor is allocated
   fa::AttentionParams& p = o.params;
+  if (o.backward && !fa::cli::kBackward) {
+    throw UsageError(std::string("--backward: ") + fa::cli::kVersionTag +
+                     " has no backward pass (FA2 has one: fa2_benchmark --backward)");
+  }
   fa::Isa isa;
   if (fa::Status s = fa::select_isa(p, &isa); !s.ok()) throw UsageError(s.message());
   if (fa::Status s = fa::version_supports(fa::cli::kVersion, p, o.dtype, o.kv_dtype); !s.ok()) throw UsageError(s.message());
@@ -541,8 +547,6 @@ int run(int argc, char** argv) {
       yardstick = compare(ref, [&](std::size_t i) { return other[i]; });
     }
   }
-  if (!o.output.empty()) fa::cli::write_atomic(o.output, os[0].data(), o_bytes, "output");
-
   // --append: the call's new tokens (seq_q per sequence, the last positions
   // of its keys) written into set 0's cache with append_kv_cache, timed like
   // the call (after the check, which read that cache).
@@ -579,6 +583,67 @@ int run(int argc, char** argv) {
     std::sort(append_ms.begin(), append_ms.end());
   }
   const double append_median = median_of(append_ms);
+
+  // --backward: the gradients of set 0's call, timed like the forward.
+  // The forward runs once more on set 0 first (untimed): its O and LSE are
+  // what the backward reads (the LSE buffer is shared by the sets), and
+  // what --output-lse writes.
+  const fa::AttentionTensors t0 = tensors_for(0);
+  if (o.backward || !o.output_lse.empty()) {
+    if (fa::Status s = fa::cli::kForward(p, t0); !s.ok()) throw UsageError(s.message());
+  }
+  std::vector<double> backward_ms;
+  fa::cli::HostBuffer dout, grads[3];
+  fa::cli::GradientCheck grad_check;
+  bool backward_pass = true;
+  if (o.backward) {
+    if (!o.input_do.empty()) {
+      dout = fa::cli::read_exact(o.input_do, q_bytes, "input-do", q_what);
+    } else {
+      dout = fa::cli::HostBuffer(q_bytes);
+      fa::cli::fill_normal(dout.data(), o.dtype, B * Sq * H * D, o.seed * 3 + 9, 1.0);
+    }
+    grads[0] = fa::cli::HostBuffer(q_bytes);
+    grads[1] = fa::cli::HostBuffer(kv_in_bytes);
+    grads[2] = fa::cli::HostBuffer(kv_in_bytes);
+    for (auto& g : grads) std::memset(g.data(), 0, g.bytes());  // pages faulted in before timing
+    fa::AttentionGrads g;
+    g.dout = fa::make_view(dout.data(), o.dtype, o.layout, B, H, Sq, D);
+    g.dq = fa::make_view(grads[0].data(), o.dtype, o.layout, B, H, Sq, D);
+    g.dk = fa::make_view(grads[1].data(), o.dtype, o.layout, B, Hkv, Skv, D);
+    g.dv = fa::make_view(grads[2].data(), o.dtype, o.layout, B, Hkv, Skv, D);
+    std::vector<float> dbias(p.bias ? static_cast<std::size_t>(p.bias_heads * Sq * Skv) : 0);
+    std::vector<float> dsinks(p.sinks ? static_cast<std::size_t>(H) : 0);
+    g.dbias = p.bias ? dbias.data() : nullptr;
+    g.dsinks = p.sinks ? dsinks.data() : nullptr;
+    for (int r = 0; r < o.warmup_runs + o.num_runs; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      const fa::Status status = fa::cli::kBackward(p, t0, g);
+      const auto stop = std::chrono::steady_clock::now();
+      if (!status.ok()) throw UsageError(status.message());
+      if (r >= o.warmup_runs) backward_ms.push_back(std::chrono::duration<double, std::milli>(stop - start).count());
+    }
+    std::sort(backward_ms.begin(), backward_ms.end());
+    if (o.check) {
+      grad_check = fa::cli::compare_gradients(p, t0, g, o.dtype);
+      if (!grad_check.status.ok()) throw UsageError(grad_check.status.message());
+      backward_pass = grad_check.passed && grad_check.nonfinite == 0;
+    }
+  }
+  // FlashAttention's convention: the backward does 2.5x the forward's FLOPs
+  // (five products to the forward's two).
+  const double backward_flops = 2.5 * flops;
+  const double backward_median = median_of(backward_ms);
+  const double backward_tflops = backward_median > 0 ? backward_flops / (backward_median * 1e-3) / 1e12 : 0.0;
+  check_pass = check_pass && backward_pass;
+
+  // Files last, once everything ran: no partial set of outputs.
+  if (!o.output.empty()) fa::cli::write_atomic(o.output, os[0].data(), o_bytes, "output");
+  if (!o.output_lse.empty()) fa::cli::write_atomic(o.output_lse, lse.data(), lse_bytes, "output-lse");
+  for (auto [path, i, flag] : {std::tuple{&o.output_dq, 0, "output-dq"}, std::tuple{&o.output_dk, 1, "output-dk"},
+                               std::tuple{&o.output_dv, 2, "output-dv"}}) {
+    if (!path->empty()) fa::cli::write_atomic(*path, grads[i].data(), grads[i].bytes(), flag);
+  }
 
   // The prefetch the call ran with (FA1 has none).
   const bool async_prefetch =
@@ -619,6 +684,14 @@ int run(int argc, char** argv) {
     if (o.append) {
       j["append_latency_ms"] = append_median;
       j["append_tokens"] = append_tokens;
+    }
+    if (o.backward) {
+      j["backward_latency_ms"] = backward_median;
+      j["backward_throughput_tflops"] = backward_tflops;
+      if (o.check) {
+        j["backward_rel_l2_error"] = {{"dq", grad_check.rel_l2[0]}, {"dk", grad_check.rel_l2[1]}, {"dv", grad_check.rel_l2[2]}};
+        j["backward_check"] = backward_pass ? "PASS" : "FAIL";
+      }
     }
     if (o.check) {
       j["max_abs_error"] = ours.max_abs;
@@ -679,6 +752,18 @@ int run(int argc, char** argv) {
                     append_median, static_cast<long long>(append_tokens), o.num_runs);
       std::cout << line;
     }
+    if (o.backward) {
+      std::snprintf(line, sizeof line, "Backward Latency: %.4f ms (min %.4f, max %.4f over %zu runs)\nBackward Throughput: %.5f TFLOPS\n",
+                    backward_median, backward_ms.front(), backward_ms.back(), backward_ms.size(), backward_tflops);
+      std::cout << line;
+    }
+    if (o.check && o.backward) {
+      std::snprintf(line, sizeof line,
+                    "Backward Relative L2 Error: dQ %.3e, dK %.3e, dV %.3e (bound %.0e, or max error within 2x the same-dtype backward's)\nBackward Check: %s\n",
+                    grad_check.rel_l2[0], grad_check.rel_l2[1], grad_check.rel_l2[2], fa::cli::grad_rel_l2_bound(o.dtype),
+                    backward_pass ? "PASS" : "FAIL");
+      std::cout << line;
+    }
     if (o.check) {
       std::snprintf(line, sizeof line, "Max Abs Error: %.6e\nRelative L2 Error: %.6e (bound %.0e)\nInf: %lld  NaN: %lld\n",
                     ours.max_abs, ours.rel_l2, fa::cli::rel_l2_bound(o.dtype), (long long)ours.inf, (long long)ours.nan);
@@ -694,6 +779,10 @@ int run(int argc, char** argv) {
       std::cout << "Check: " << (check_pass ? "PASS" : "FAIL") << "\n";
     }
     if (!o.output.empty()) std::cout << "Output saved to: " << o.output << "\n";
+    if (!o.output_lse.empty()) std::cout << "LSE saved to: " << o.output_lse << "\n";
+    for (const std::string* path : {&o.output_dq, &o.output_dk, &o.output_dv}) {
+      if (!path->empty()) std::cout << "Gradient saved to: " << *path << "\n";
+    }
     if (!trace_path.empty()) {
       std::cout << "Profile: " << trace_path << " (Chrome trace of the " << o.num_runs << " timed calls, "
                 << plan.work_items << " work items each; open in ui.perfetto.dev or chrome://tracing)\n";

@@ -285,7 +285,18 @@ int run(int argc, char** argv) {
         std::printf("[SKIP] %s  %s\n", fa::cli::describe(c).c_str(), s.message().c_str());
         continue;
       }
-      const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
+      const bool kv_cache = !c.cache_seqlens_kv.empty() || c.paged_block_size > 0;
+      if (options.backward && kv_cache) {  // an inference layout: the backward must refuse it
+        const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward, fa::cli::kBackward);
+        const bool ok = r.status.code() == fa::StatusCode::kUnsupported &&
+                        r.status.message().find("inference") != std::string::npos;
+        (ok ? passed : failed)++;
+        std::printf("[%s] %s  backward refused: %s\n", ok ? "PASS" : "FAIL", fa::cli::describe(c).c_str(),
+                    r.status.ok() ? "(ran instead)" : r.status.message().c_str());
+        continue;
+      }
+      const fa::cli::CaseResult r =
+          fa::cli::run_case(c, fa::cli::kForward, options.backward ? fa::cli::kBackward : nullptr);
       const bool ok = r.status.ok() && r.passed;
       (ok ? passed : failed)++;
       std::printf("[%s] %s", ok ? "PASS" : "FAIL", fa::cli::describe(c).c_str());
@@ -295,6 +306,10 @@ int run(int argc, char** argv) {
         std::printf("  rel_l2=%.2e (bound %.0e) max_abs=%.2e lse_err=%.1e nonfinite=%lld", r.rel_l2_error,
                     fa::cli::rel_l2_bound(dtype), r.max_abs_error, r.lse_max_error, (long long)r.nonfinite);
         if (c.accuracy_rule) std::printf(" same-dtype max_abs=%.2e (ours <= 2x)", r.yardstick_max_abs);
+        if (options.backward) {
+          std::printf(" grad_rel_l2=%.2e (%s; bound %.0e or the accuracy rule)", r.grad_rel_l2_error, r.worst_grad.c_str(),
+                      fa::cli::grad_rel_l2_bound(dtype));
+        }
         std::printf("\n");
       }
       std::fflush(stdout);

@@ -166,6 +166,28 @@ FP8_REFUSED = {
     "fp8_needs_fa3": (lambda d: FP8, "FP8 inputs (fp8_e4m3) run on FlashAttention-3 only"),
 }
 
+# The backward pass (fa2_benchmark --backward): its flags and data; the
+# other versions have none.  Each case also asks for dQ in the checked
+# directory, so a refused run must leave no gradient file either.
+def dq_out(d):
+    return [f"--output-dq={os.path.join(d, 'out', 'dq.bin')}"]
+
+
+BACKWARD_CASES = {
+    "backward_input_do_size": (lambda d: SHAPE + ["--backward", f"--input-do={write(os.path.join(d, 'do.bin'), Q_BYTES - 2)}"]
+                               + dq_out(d), "--input-do: "),
+    "input_do_without_backward": (lambda d: [f"--input-do={write(os.path.join(d, 'do.bin'), Q_BYTES)}"],
+                                  "--input-do: applies to --backward only"),
+    "output_dk_without_backward": (lambda d: [f"--output-dk={os.path.join(d, 'out', 'dk.bin')}"],
+                                   "--output-dk: applies to --backward only"),
+    "backward_quantized_cache": (lambda d: ["--backward", "--kv-dtype=int8"] + dq_out(d),
+                                 "--backward: not with --kv-dtype (a KV-cache feature of inference"),
+    "backward_paged": (lambda d: ["--backward", "--paged"] + dq_out(d), "--backward: not with --paged"),
+}
+BACKWARD_REFUSED = {
+    "backward_needs_fa2": (lambda d: ["--backward"] + dq_out(d), "has no backward pass (FA2 has one: fa2_benchmark --backward)"),
+}
+
 # A version's own expectation where the shared case meets its refusal first.
 VERSION_EXPECTED = {
     ("fa1", "tiles_exceed_l2"): "FlashAttention-1 runs 64x64 tiles only",
@@ -243,7 +265,8 @@ def cases_for(version):
         return ROPE_CASES
     if version == "glu":
         return GLU_CASES
-    own = {"fa1": {**FA1_CASES, **FP8_REFUSED}, "fa2": FP8_REFUSED, "fa3": FA3_CASES}
+    own = {"fa1": {**FA1_CASES, **FP8_REFUSED, **BACKWARD_REFUSED}, "fa2": {**FP8_REFUSED, **BACKWARD_CASES},
+           "fa3": {**FA3_CASES, **BACKWARD_REFUSED}}
     return {**CASES, **own.get(version, {})}
 
 

@@ -69,7 +69,13 @@ std::vector<FlagSpec> benchmark_flags() {
       {"no-probe", K::kBool, "", "skip the start-up measurements of the unit's peak and the memory bandwidth (no Utilization or Bandwidth line)"},
       {"huge-pages", K::kBool, "", "put Q, K, V, O and the bandwidth probe's buffer on transparent huge pages (madvise; a long K/V cache's tiles then take far fewer TLB misses)"},
       {"output", K::kString, "PATH", "write O as [batch, seq_q, heads*head_dim] in --dtype (FP8: --out-dtype)"},
-      {"check", K::kBool, "", "compare O with the float64 reference; exit 1 when out of tolerance"},
+      {"output-lse", K::kString, "PATH", "write the forward's log-sum-exp, fp32 [batch, heads, seq_q] (natural log of the scaled scores)"},
+      {"backward", K::kBool, "", "also time the backward pass (FA2: dQ, dK, dV; FLOPs counted as 2.5x the forward's)"},
+      {"input-do", K::kString, "PATH", "with --backward: dO in --dtype and --layout, like Q (default: random)"},
+      {"output-dq", K::kString, "PATH", "with --backward: write dQ in --dtype, in Q's --layout"},
+      {"output-dk", K::kString, "PATH", "with --backward: write dK in --dtype, in K's --layout"},
+      {"output-dv", K::kString, "PATH", "with --backward: write dV in --dtype, in V's --layout"},
+      {"check", K::kBool, "", "compare O (and with --backward dQ, dK, dV) with the float64 reference; exit 1 when out of tolerance"},
       {"sweep", K::kBool, "", "time every tile of --sweep-tiles, print each and the best, store the best in the tuning cache"},
       {"sweep-tiles", K::kString, "QxKV,...", "tiles for --sweep (default: the guide's grid, Q 64/128/256 x KV 32/64/128)"},
       {"no-cache-update", K::kBool, "", "with --sweep: do not write the tuning cache"},
@@ -333,6 +339,34 @@ BenchmarkOptions read_benchmark_options(const Args& a) {
   o.mask_path = a.str("causal-mask");
   o.output = a.str("output");
   if (!o.output.empty()) check_destination(o.output, "output");
+  o.output_lse = a.str("output-lse");
+  if (!o.output_lse.empty()) check_destination(o.output_lse, "output-lse");
+  o.backward = a.flag("backward");
+  o.input_do = a.str("input-do");
+  o.output_dq = a.str("output-dq");
+  o.output_dk = a.str("output-dk");
+  o.output_dv = a.str("output-dv");
+  for (auto [flag, path] : {std::pair<const char*, const std::string*>{"input-do", &o.input_do}, {"output-dq", &o.output_dq},
+                            {"output-dk", &o.output_dk}, {"output-dv", &o.output_dv}}) {
+    if (path->empty()) continue;
+    if (!o.backward) throw UsageError(std::string("--") + flag + ": applies to --backward only");
+    if (flag[0] == 'o') check_destination(*path, flag);
+  }
+  if (o.backward) {
+    // The backward pass is a training call: no inference cache layouts.
+    for (auto [flag, given] : {std::pair<const char*, bool>{"kv-dtype", o.kv_dtype.has_value()}, {"paged", o.paged},
+                               {"seqlens-kv", !o.seqlens_kv.empty()}, {"append", o.append}, {"sweep", a.flag("sweep")}}) {
+      if (given) {
+        throw UsageError(std::string("--backward: not with --") + flag +
+                         (std::string(flag) == "sweep" ? " (the sweep times the forward's tiles)"
+                                                       : " (a KV-cache feature of inference; train on contiguous or TND tensors)"));
+      }
+    }
+    if (fa::is_fp8(o.dtype)) {
+      throw UsageError("--backward: --dtype=" + std::string(fa::dtype_name(o.dtype)) +
+                       " has no backward pass (expected fp16, bf16 or fp32)");
+    }
+  }
   if (a.has("isa")) {
     auto isa = fa::parse_isa(a.str("isa"));
     if (!isa) throw UsageError("--isa: unknown kernel path '" + a.str("isa") + "' (expected generic, avx2, avx512, avx512bf16 or amx)");

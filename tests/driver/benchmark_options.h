@@ -40,6 +40,10 @@ struct BenchmarkOptions {
   int block_size = 128;
   std::string bias_path;
   std::vector<std::pair<int, int>> sweep_tiles;
+  // --backward: also time the backward pass (FA2) on dO (--input-do, else
+  // random); the gradients (and the forward's LSE) written where asked.
+  bool backward = false;
+  std::string input_do, output_dq, output_dk, output_dv, output_lse;
 };
 
 bool is_tile(std::int64_t t);

@@ -10,6 +10,7 @@ std::vector<FlagSpec> test_flags() {
           {"kv-dtype", FlagKind::kString, "int8|fp8_e4m3|fp8_e5m2",
            "every case with a quantized K/V cache read with fp16 or bf16 Q (FA2, FA3; default dtypes fp16 and bf16)"},
           {"seed", FlagKind::kInt, "N", "seed of the random inputs (default 1)"},
+          {"backward", FlagKind::kBool, "", "also check the backward pass (FA2): dQ, dK, dV (and dbias, dsinks) of each case against the float64 reference"},
           {"async", FlagKind::kBool, "", "every case with the next-tile prefetch on (default: FA_ENABLE_ASYNC of the build)"},
           {"isa", FlagKind::kString, "generic|avx2|avx512|avx512bf16|amx",
            "only this kernel path (default: every path this CPU can run)"},
@@ -61,6 +62,17 @@ TestOptions read_test_options(const Args& a, Version version) {
   }
   o.quick = a.flag("quick");
   o.async = a.flag("async");
+  o.backward = a.flag("backward");
+  if (o.backward) {
+    if (version != Version::kFA2) {
+      throw UsageError("--backward: " + std::string(version_name(version)) +
+                       " has no backward pass (FA2 has one: fa2_test --backward)");
+    }
+    if (o.kv_dtype) throw UsageError("--backward: not with --kv-dtype (a quantized cache is an inference layout)");
+    if (a.has("dtype") && is_fp8(o.dtypes[0])) {
+      throw UsageError("--backward: --dtype=" + a.str("dtype") + " has no backward pass (expected fp16, bf16 or fp32)");
+    }
+  }
   o.seed = static_cast<std::uint64_t>(a.integer("seed", 1, 0, std::int64_t{1} << 62));
   return o;
 }

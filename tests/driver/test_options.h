@@ -19,6 +19,7 @@ struct TestOptions {
   std::vector<Isa> paths;     // every path this CPU runs, or --isa's
   std::optional<DType> kv_dtype;  // --kv-dtype: every case over a quantized cache
   bool quick = false, async = false;
+  bool backward = false;  // --backward: each case's gradients too (FA2)
   std::uint64_t seed = 1;
 };
 
