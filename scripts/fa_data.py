@@ -29,6 +29,9 @@ LAYOUTS = ("BSH", "BSND", "BNSD")
 # Default max-abs tolerance per dtype: the guide's 1e-2 for fp16; bf16 keeps
 # 8 mantissa bits, so its output rounding alone reaches ~4e-3 near 1.
 DEFAULT_TOLERANCE = {"fp16": 1e-2, "bf16": 2e-2, "fp32": 1e-4}
+# The gradients' relative L2 bound per input dtype (the test suite's: dO and
+# O are rounded to the dtype, and D = rowsum(dO * O) enters every dS).
+GRAD_REL_L2_BOUND = {"fp16": 5e-3, "bf16": 3e-2, "fp32": 1e-4}
 # The dtypes an output is written in (FP8 inputs write one of these).
 OUTPUT_DTYPES = ("bf16", "fp16", "fp32")
 
@@ -254,6 +257,38 @@ def reference_attention(q, k, v, mask=None, scale=None):
             p = np.where(alive, p / np.where(denom > 0, denom, 1.0), 0.0)
             out[b, h] = p @ v[b, h // group]
     return out
+
+
+def reference_attention_backward(q, k, v, dout, mask=None, scale=None):
+    """float64 gradients of softmax(scale Q K^T + mask) V for the upstream
+    gradient dout ([B, H, Sq, D]): dP = dO V^T, D = rowsum(dO * O),
+    dS = P * (dP - D), dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO, with
+    dK and dV summed over each GQA group.  Returns (dq, dk, dv) in q's, k's
+    and v's shapes.
+    """
+    batch, heads, seq_q, head_dim = q.shape
+    group = heads // k.shape[1]
+    if scale is None:
+        scale = head_dim ** -0.5
+    dq, dk, dv = np.zeros_like(q, np.float64), np.zeros_like(k, np.float64), np.zeros_like(v, np.float64)
+    for b in range(batch):
+        for h in range(heads):
+            kh, vh = k[b, h // group], v[b, h // group]
+            s = (q[b, h] @ kh.T) * scale
+            if mask is not None:
+                s = np.where(mask, s, -np.inf)
+            m = s.max(axis=1, keepdims=True)
+            alive = np.isfinite(m)
+            p = np.exp(s - np.where(alive, m, 0.0))
+            denom = p.sum(axis=1, keepdims=True)
+            p = np.where(alive, p / np.where(denom > 0, denom, 1.0), 0.0)
+            o = p @ vh
+            dp = dout[b, h] @ vh.T
+            ds = p * (dp - np.sum(dout[b, h] * o, axis=1, keepdims=True))
+            dq[b, h] = scale * (ds @ kh)
+            dk[b, h // group] += scale * (ds.T @ q[b, h])
+            dv[b, h // group] += p.T @ dout[b, h]
+    return dq, dk, dv
 
 
 def load_case(output_path, q_path, k_path, v_path, config_path=None, mask_path=None):

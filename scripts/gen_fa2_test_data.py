@@ -6,6 +6,7 @@ Writes, into --output-dir (default ./test_data):
   input_K.bin            [batch, seq_len_kv, num_kv_heads * head_dim]  dtype
   input_V.bin            [batch, seq_len_kv, num_kv_heads * head_dim]  dtype
   input_causal_mask.bin  [seq_len_q, seq_len_kv] int8, 1 = may attend
+  input_dO.bin           with --backward: the upstream gradient dO, Q's shape and dtype
   config.txt             key=value lines describing the above
 
 Defaults are the guide's: batch 2, sequence 512, 12 heads, head_dim 64, fp16.
@@ -61,7 +62,7 @@ def quantize_fp8(x, dtype):
 
 def generate_attention_inputs(batch_size=2, seq_len_q=512, seq_len_kv=512, num_heads=12, num_kv_heads=None,
                               head_dim=64, dtype="fp16", output_dir="./test_data", seed=0, causal=True,
-                              layout="BSH", logit_scale=1.0, out_dtype=None, kv_dtype=None):
+                              layout="BSH", logit_scale=1.0, out_dtype=None, kv_dtype=None, backward=False):
     num_kv_heads = num_kv_heads or num_heads
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((batch_size, seq_len_q, num_heads * head_dim), dtype=np.float32)
@@ -78,6 +79,8 @@ def generate_attention_inputs(batch_size=2, seq_len_q=512, seq_len_kv=512, num_h
     os.makedirs(output_dir, exist_ok=True)
     print("Generating FlashAttention test data...")
     tensors = {"Q": np.ascontiguousarray(q), "K": np.ascontiguousarray(k), "V": np.ascontiguousarray(v)}
+    if backward:  # dO: Q's shape and layout, drawn after Q, K and V so they stay the same
+        tensors["dO"] = np.ascontiguousarray(rng.standard_normal(q.shape, dtype=np.float32))
     descale = {}
     if dtype in fa_data.FP8:
         files = []
@@ -100,6 +103,8 @@ def generate_attention_inputs(batch_size=2, seq_len_q=512, seq_len_kv=512, num_h
               f"seed={seed}\nlogit_scale={logit_scale}\n")
     if kv_dtype:
         config += f"kv_dtype={kv_dtype}\n"
+    if backward:
+        config += "backward=true\n"
     if dtype in fa_data.FP8:
         out_dtype = out_dtype or "bf16"
         config += (f"out_dtype={fa_data.DTYPES[out_dtype][0]}\ndescale_q={descale['Q']!r}\n"
@@ -111,6 +116,9 @@ def generate_attention_inputs(batch_size=2, seq_len_q=512, seq_len_kv=512, num_h
               f"--descale-k={descale['K']!r} --descale-v={descale['V']!r}")
     if kv_dtype:
         print(f"  Run fa2_benchmark (or fa3_benchmark) with: --dtype={dtype} --kv-dtype={kv_dtype}")
+    if backward:
+        print(f"  Run fa2_benchmark with: --backward --input-do={os.path.join(output_dir, 'input_dO.bin')} "
+              "--output-dq=dq.bin --output-dk=dk.bin --output-dv=dv.bin")
     print("Done.")
 
 
@@ -133,6 +141,8 @@ def main(argv=None):
                    help="write the causal mask (default) or an all-ones mask")
     p.add_argument("--logit-scale", type=float, default=1.0,
                    help="multiply Q and K by this (logits grow with its square)")
+    p.add_argument("--backward", action="store_true",
+                   help="also write input_dO.bin, the upstream gradient for fa2_benchmark --backward")
     a = p.parse_args(argv)
     try:
         dtype = fa_data.parse_dtype(a.dtype)
@@ -142,6 +152,9 @@ def main(argv=None):
         fa_data.fail_input(f"--out-dtype: '{a.out_dtype}' needs FP8 --dtype and one of bf16, fp16 or fp32")
     if a.kv_dtype is not None and (a.kv_dtype not in fa_data.KV_CACHE_DTYPES or dtype not in ("fp16", "bf16")):
         fa_data.fail_input(f"--kv-dtype: '{a.kv_dtype}' needs --dtype fp16 or bf16 and one of int8, fp8_e4m3 or fp8_e5m2")
+    if a.backward and (dtype in fa_data.FP8 or a.kv_dtype is not None):
+        fa_data.fail_input("--backward: the backward pass takes fp16, bf16 or fp32 inputs without a quantized cache "
+                           f"(got --dtype {dtype}{' --kv-dtype ' + a.kv_dtype if a.kv_dtype else ''})")
     layout = a.layout.upper()
     if layout not in fa_data.LAYOUTS:
         fa_data.fail_input(f"--layout: unknown layout '{a.layout}' (expected BSH, BSND or BNSD)")
@@ -155,7 +168,7 @@ def main(argv=None):
     try:
         generate_attention_inputs(a.batch_size, a.seq_len_q, a.seq_len_kv or a.seq_len_q, a.num_heads, kv_heads,
                                   a.head_dim, dtype, a.output_dir, a.seed, a.causal, layout, a.logit_scale,
-                                  a.out_dtype, a.kv_dtype)
+                                  a.out_dtype, a.kv_dtype, a.backward)
     except MemoryError:
         fa_data.fail_input("this shape does not fit in memory; use a smaller shape")
     except OSError as e:

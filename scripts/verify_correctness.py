@@ -2,6 +2,7 @@
 """Compare an operator output with a float64 reference (the guide's section 4.3).
 
   verify_correctness.py [OUTPUT [Q [K [V]]]] [--config PATH] [--mask PATH] [--tolerance X]
+                        [--dq DQ --dk DK --dv DV [--do DO]]
 
 Shapes, dtype, layout and causality come from config.txt beside the Q file
 (written by gen_fa2_test_data.py), never from constants; for FP8 inputs so do
@@ -11,6 +12,13 @@ input_causal_mask.bin beside Q when config.txt says causal=true (or --mask);
 the reference is NumPy in float64.  If PyTorch is importable its
 scaled_dot_product_attention, also in float64, is compared with the NumPy
 reference as a second opinion.  OUTPUT is [batch, seq_q, heads * head_dim].
+
+With --dq, --dk and --dv (fa2_benchmark --backward's files, in the layouts
+of Q, K and V and the inputs' dtype), the gradients too: against a float64
+NumPy backward of the same dO (--do, default input_dO.bin beside Q, from
+gen_fa2_test_data.py --backward), each within the relative L2 bound of its
+dtype (1e-4 fp32, 5e-3 fp16, 3e-2 bf16); PyTorch's float64 autograd, when
+importable, is a second opinion on the reference gradients.
 
 Exit status: 0 PASS, 1 FAIL, 2 bad input.
 """
@@ -87,6 +95,60 @@ def verify(output_path, q_path, k_path, v_path, config_path=None, mask_path=None
     return passed
 
 
+def torch_grad_opinion(q, k, v, dout, mask, scale):
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    if not hasattr(F, "scaled_dot_product_attention"):
+        return None
+    group = q.shape[1] // k.shape[1]
+    tq, tk, tv = (torch.from_numpy(np.ascontiguousarray(x)).requires_grad_() for x in (q, k, v))
+    bias = None if mask is None else torch.from_numpy(np.where(mask, 0.0, -np.inf))
+    out = F.scaled_dot_product_attention(tq, tk.repeat_interleave(group, 1), tv.repeat_interleave(group, 1),
+                                         attn_mask=bias, scale=scale)
+    out.backward(torch.from_numpy(np.ascontiguousarray(dout)))
+    return [np.nan_to_num(t.grad.numpy()) for t in (tq, tk, tv)]
+
+
+def verify_gradients(case, q_path, dq_path, dk_path, dv_path, do_path=None):
+    """The gradient files against the float64 NumPy backward; True when each
+    is within its dtype's relative L2 bound."""
+    cfg = case["cfg"]
+    b, sq, skv, h, hkv, d = (cfg[key] for key in ("batch_size", "seq_len_q", "seq_len_kv", "num_heads", "num_kv_heads",
+                                                  "head_dim"))
+    dtype, layout = cfg["dtype"], cfg["layout"]
+    if dtype in fa_data.FP8 or cfg["kv_dtype"]:
+        raise fa_data.InputError(f"--dq: the backward pass has no {dtype}{' with kv_dtype' if cfg['kv_dtype'] else ''} "
+                                 "inputs (expected fp16, bf16 or fp32 without a quantized cache)")
+    do_path = do_path or os.path.join(os.path.dirname(os.path.abspath(q_path)), "input_dO.bin")
+    dout = fa_data.to_bnsd(fa_data.load_tensor(do_path, dtype, b * sq * h * d, "dO"), b, sq, h, d, layout)
+    got = [fa_data.to_bnsd(fa_data.load_tensor(path, dtype, b * seq * heads * d, name), b, seq, heads, d, layout)
+           for path, seq, heads, name in ((dq_path, sq, h, "dQ"), (dk_path, skv, hkv, "dK"), (dv_path, skv, hkv, "dV"))]
+    print("Computing reference gradients (NumPy, float64)...")
+    want = fa_data.reference_attention_backward(case["q"], case["k"], case["v"], dout, case["mask"], d ** -0.5)
+    bound = fa_data.GRAD_REL_L2_BOUND[dtype]
+    passed = True
+    line = "=" * 50
+    print(f"\n{line}")
+    for name, g, w in zip(("dQ", "dK", "dV"), got, want):
+        finite = bool(np.all(np.isfinite(g)))
+        rel = float(np.sqrt(np.sum((g - w) ** 2) / max(np.sum(w ** 2), 1e-300))) if finite else float("inf")
+        ok = finite and rel <= bound
+        passed = passed and ok
+        print(f"  {name}: Relative L2 Error {rel:.3e}, Max Abs Difference {float(np.abs(g - w).max()):.6f}"
+              f"{'' if finite else ' (non-finite values)'}  {'PASS' if ok else 'FAIL'}")
+    print(f"  Gradient bound (relative L2): {bound}")
+    print(f"  Gradient Status: {'PASS' if passed else 'FAIL'}")
+    print(line)
+    second = torch_grad_opinion(case["q"], case["k"], case["v"], dout, case["mask"], d ** -0.5)
+    if second is not None:
+        agree = max(float(np.abs(a - b_).max()) for a, b_ in zip(second, want))
+        print(f"  PyTorch float64 autograd agrees with the NumPy gradients to {agree:.2e}")
+    return passed
+
+
 def main(argv=None):
     p = OneLineParser(description="Compare an attention output with a float64 reference.")
     p.add_argument("output", nargs="?", default="./output_attention.bin")
@@ -99,11 +161,24 @@ def main(argv=None):
     p.add_argument("--tolerance", type=float, default=None,
                    help="max absolute difference allowed (default by the output's dtype: 1e-2 fp16, 2e-2 bf16, "
                         "1e-4 fp32)")
+    p.add_argument("--dq", default=None, help="dQ file from fa2_benchmark --backward (with --dk and --dv)")
+    p.add_argument("--dk", default=None, help="dK file")
+    p.add_argument("--dv", default=None, help="dV file")
+    p.add_argument("--do", default=None, help="the dO the gradients were taken of (default: input_dO.bin beside Q)")
     a = p.parse_args(argv)
+    grads = [a.dq, a.dk, a.dv]
+    if any(grads) and not all(grads):
+        fa_data.fail_input("--dq, --dk and --dv go together (got " + ", ".join(
+            f"--{n}" for n, g in zip(("dq", "dk", "dv"), grads) if g) + ")")
+    if a.do and not a.dq:
+        fa_data.fail_input("--do: applies with --dq, --dk and --dv only")
     if a.tolerance is not None and not (a.tolerance > 0 and np.isfinite(a.tolerance)):
         fa_data.fail_input(f"--tolerance: expected a positive number (got {a.tolerance})")
     try:
         ok = verify(a.output, a.q, a.k, a.v, a.config, a.mask, a.tolerance)
+        if a.dq:
+            case = fa_data.load_case(a.output, a.q, a.k, a.v, a.config, a.mask)
+            ok = verify_gradients(case, a.q, a.dq, a.dk, a.dv, a.do) and ok
     except fa_data.InputError as e:
         fa_data.fail_input(str(e))
     sys.exit(0 if ok else 1)

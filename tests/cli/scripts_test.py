@@ -259,6 +259,34 @@ def case_shape_sweep_rejects_bad_input(binary, d):
         assert not os.path.exists(out), "no output on bad input"
 
 
+def case_backward_generate_run_verify(binary, d):
+    """gen --backward, fa2_benchmark --backward on its files, verify_correctness
+    --dq/--dk/--dv: PASS; a perturbed gradient FAILs; half the flags refused.
+    The other versions' benchmarks refuse --backward."""
+    gen(d, "--batch-size=2", "--seq-len-q=40", "--seq-len-kv=56", "--num-heads=4", "--num-kv-heads=2",
+        "--head-dim=24", "--dtype=fp16", "--layout=BNSD", "--backward")
+    assert os.path.getsize(os.path.join(d, "input_dO.bin")) == 2 * 40 * 4 * 24 * 2
+    out = os.path.join(d, "out.bin")
+    grads = [os.path.join(d, f"{g}.bin") for g in ("dq", "dk", "dv")]
+    flags = ["--causal", "--backward", f"--input-do={d}/input_dO.bin", f"--output-dq={grads[0]}",
+             f"--output-dk={grads[1]}", f"--output-dv={grads[2]}"]
+    if not os.path.basename(binary).startswith("fa2"):
+        p = run([binary, "--backward"])
+        assert p.returncode == 2 and "has no backward pass" in p.stderr, p.stderr
+        return
+    bench(binary, d, None, out, "fp16", flags)
+    grad_args = [f"--dq={grads[0]}", f"--dk={grads[1]}", f"--dv={grads[2]}"]
+    p = verify(out, d, *grad_args)
+    assert p.returncode == 0 and "Gradient Status: PASS" in p.stdout, p.stdout + p.stderr
+    dk = np.fromfile(grads[1], np.float16)
+    dk[100] += np.float16(4.0)
+    dk.tofile(grads[1])
+    p = verify(out, d, *grad_args)
+    assert p.returncode == 1 and "dK: Relative L2 Error" in p.stdout and "Gradient Status: FAIL" in p.stdout, p.stdout
+    p = verify(out, d, grad_args[0])
+    assert p.returncode == 2 and "--dq, --dk and --dv go together" in p.stderr, p.stderr
+
+
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
