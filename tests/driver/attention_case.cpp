@@ -199,15 +199,19 @@ GradientCheck compare_gradients(const AttentionParams& p, const AttentionTensors
   const std::int64_t heads[3] = {H, Hkv, Hkv}, seqs[3] = {Sq, Skv, Skv};
   const double bound = grad_rel_l2_bound(dtype);
   c.passed = true;
-  // The accuracy rule: our max error at most twice the yardstick's.
+  // The accuracy rule: our max error at most twice the yardstick's, plus
+  // a floor of fp32 rounding (1e-5 of the largest reference value) for the
+  // degenerate gradients both get almost exactly right (one key a row: dS
+  // = P (dP - D) is 0, and the yardstick may land on it exactly).
   auto within_rule = [rule](const std::vector<double>& got, const std::vector<double>& want, const std::vector<double>& same) {
     if (!rule) return false;
-    double ours = 0.0, yardstick = 0.0;
+    double ours = 0.0, yardstick = 0.0, largest = 0.0;
     for (std::size_t n = 0; n < got.size(); ++n) {
       ours = std::max(ours, std::abs(got[n] - want[n]));
       yardstick = std::max(yardstick, std::abs(same[n] - want[n]));
+      largest = std::max(largest, std::abs(want[n]));
     }
-    return ours <= 2.0 * yardstick;
+    return ours <= 2.0 * yardstick + 1e-5 * largest;
   };
   auto note = [&](const char* name, double e, bool within) {
     if (e > c.worst_rel_l2 || c.worst.empty()) {
