@@ -4,6 +4,7 @@
 // backward table (kernels/<isa>/backward_<isa>.cpp, the loop of
 // kernels/backward_loop.h); variable-length calls run one job per sequence,
 // in order.  Then the sinks' partials are summed per head.
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -135,7 +136,20 @@ Status run_backward(const AttentionParams& p, const AttentionTensors& t, const A
   const std::size_t per_thread = table->workspace_floats(job);
   const std::size_t delta_floats = static_cast<std::size_t>((varlen ? 1 : p.batch) * p.num_heads * p.seq_q);
   const std::size_t sink_floats = static_cast<std::size_t>(p.batch * p.num_heads);
-  const std::size_t bytes = (per_thread * threads + delta_floats + sink_floats) * sizeof(float);
+  // The pair products' packed operands (the largest sequence's, for a
+  // variable-length call: its jobs run one after another), 64-byte aligned.
+  std::size_t pair_u32 = 0;
+  if (!varlen) {
+    pair_u32 = table->pair_pack_u32(job);
+  } else {
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      BackwardJob sj = job;
+      sj.fwd = forward_half(sequence_params(p, b), t, threads);
+      pair_u32 = std::max(pair_u32, table->pair_pack_u32(sj));
+    }
+  }
+  const std::size_t head_floats = (per_thread * threads + delta_floats + sink_floats + 15) & ~std::size_t{15};
+  const std::size_t bytes = (head_floats + pair_u32) * sizeof(float);
   const WorkspaceBlock block(bytes);
   if (!block) {
     return Status::OutOfMemory("fa2_backward: could not allocate " + std::to_string(bytes) + " bytes of workspace");
@@ -145,6 +159,7 @@ Status run_backward(const AttentionParams& p, const AttentionTensors& t, const A
   job.delta = job.scratch + per_thread * threads;
   float* const sink_parts = job.delta + delta_floats;
   job.sink_parts = g.dsinks ? sink_parts : nullptr;
+  job.pairs = pair_u32 ? reinterpret_cast<std::uint32_t*>(job.scratch + head_floats) : nullptr;
 
   if (!varlen) {
     table->run(job);

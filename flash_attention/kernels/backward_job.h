@@ -32,6 +32,9 @@ struct BackwardJob {
   float* sink_parts;
   float* scratch;  // threads * per_thread_floats floats, 64-byte aligned
   std::size_t per_thread_floats;
+  // Pair products (bf16 on avx512bf16): Q, dO, K and V packed once as bf16
+  // pairs, pair_pack_u32 of them, 64-byte aligned; null elsewhere.
+  std::uint32_t* pairs;
 };
 
 struct BackwardKernelTable {
@@ -39,6 +42,8 @@ struct BackwardKernelTable {
   const char* name;
   // Scratch floats one thread needs for a job (its shape and tiles set).
   std::size_t (*workspace_floats)(const BackwardJob& job);
+  // 32-bit words of the job's packed operands (0 where the products are FMA).
+  std::size_t (*pair_pack_u32)(const BackwardJob& job);
   // The three passes (D and the sinks' partials; dK and dV; dQ and dbias),
   // each one parallel loop.
   void (*run)(const BackwardJob& job);

@@ -15,6 +15,10 @@
 // does not depend on the thread count or the order items run in
 // (docs/DESIGN.md, "The backward pass").
 //
+// The products run on the path's FMA microkernel, or for bf16 inputs on
+// the avx512bf16 path as VDPBF16PS pair dot products (backward_pairs.h),
+// whose operands a packing pass lays out once per call.
+//
 // Compiled inside the path's namespace, after its vec_<isa>.h.
 #pragma once
 
@@ -26,12 +30,26 @@
 #include "score_modifiers.h"
 #include "tile_mask.h"
 #include "vec_io.h"
+#if defined(FA_HAVE_BF16_DOT)
+#include "probes.h"  // (bf16_dot_path.h's peak probe uses its timer)
+#include "bf16_dot_path.h"
+#include "backward_pairs.h"
+#endif
 
 namespace fa::FA_KERNEL_NS {
 
 using detail::BackwardJob;
 
 inline int round_up_to(int n, int m) { return (n + m - 1) / m * m; }
+
+// Whether DT's products run as VDPBF16PS pairs on this path.
+template <DType DT>
+inline constexpr bool kPairProducts =
+#if defined(FA_HAVE_BF16_DOT)
+    DT == DType::kBF16;
+#else
+    false;
+#endif
 
 // One thread's scratch.  Rows of Q, dO, K, V and the accumulators are Dp =
 // head_dim rounded up to the vector width (zero columns beyond head_dim);
@@ -54,11 +72,15 @@ struct BackwardScratch {
   float* lse2;   // [tile_q] the rows' LSE in log2 units (+inf: the row attends nothing)
   float* delta;  // [tile_q] the rows' D_i
   float* ones;   // [max(Dp, tile_q)] the accumulating products' column scale
+  // Pair products: one block's A operand, (P∘Z)ᵀ or dS'ᵀ [tile_kv][tile_q /
+  // 2] or dS' [tile_q][tile_kv / 2], as bf16 pairs.
+  std::uint32_t* pairs;
 
   static int padded_dim(const BackwardJob& job) { return round_up_to(static_cast<int>(job.fwd.head_dim), Vec::W); }
   static std::size_t floats(const BackwardJob& job) {
     const std::size_t tq = job.fwd.tile_q, tk = job.fwd.tile_kv, dp = padded_dim(job);
-    return pad16(tk * dp) * 4 + pad16(tq * dp) * 5 + pad16(tk * tq) * 4 + pad16(tq) * 2 + pad16(dp > tq ? dp : tq);
+    return pad16(tk * dp) * 4 + pad16(tq * dp) * 5 + pad16(tk * tq) * 4 + pad16(tq) * 2 + pad16(dp > tq ? dp : tq) +
+           pad16(tk * tq / 2);
   }
   static BackwardScratch carve(const BackwardJob& job, float* f) {
     const std::size_t tq = job.fwd.tile_q, tk = job.fwd.tile_kv, dp = padded_dim(job);
@@ -68,13 +90,61 @@ struct BackwardScratch {
     for (float** b : {&w.p, &w.pz, &w.ds, &w.cap}) *b = f, f += pad16(tk * tq);
     w.lse2 = f, f += pad16(tq);
     w.delta = f, f += pad16(tq);
-    w.ones = f;
+    w.ones = f, f += pad16(dp > tq ? dp : tq);
     for (std::size_t i = 0; i < (dp > tq ? dp : tq); ++i) w.ones[i] = 1.0f;
+    w.pairs = reinterpret_cast<std::uint32_t*>(f);
     return w;
   }
 };
 
 inline std::size_t backward_workspace_floats(const BackwardJob& job) { return BackwardScratch::floats(job); }
+
+// The call's operands packed as bf16 pairs (pair products only), in the
+// job's `pairs` buffer: every Q tile's qb, dob, qr and dor (tile_q x Dp / 2
+// pairs each) of each (batch, head), then every K/V tile's ka, va and kr
+// (tile_kv x Dp / 2 each) of each (batch, K/V head).
+struct PairPacks {
+  std::uint32_t* base;
+  std::int64_t q_tiles, kv_tiles, q_part, kv_part, q_side;
+
+  static PairPacks of(const BackwardJob& job) {
+    const detail::AttentionJob& f = job.fwd;
+    PairPacks k;
+    k.base = job.pairs;
+    k.q_tiles = (f.seq_q + f.tile_q - 1) / f.tile_q;
+    k.kv_tiles = (f.seq_kv + f.tile_kv - 1) / f.tile_kv;
+    const std::int64_t dp = BackwardScratch::padded_dim(job);
+    k.q_part = f.tile_q * dp / 2;
+    k.kv_part = f.tile_kv * dp / 2;
+    k.q_side = f.batch * f.heads * k.q_tiles * 4 * k.q_part;
+    return k;
+  }
+  std::int64_t total(const BackwardJob& job) const {
+    return q_side + job.fwd.batch * (job.fwd.heads / job.fwd.kv_group) * kv_tiles * 3 * kv_part;
+  }
+  // Part i (qb, dob, qr, dor) of Q tile qi of (b, h).
+  std::uint32_t* q(const BackwardJob& job, std::int64_t b, std::int64_t h, std::int64_t qi, int i) const {
+    return base + ((b * job.fwd.heads + h) * q_tiles + qi) * 4 * q_part + i * q_part;
+  }
+  // Part i (ka, va, kr) of K/V tile kt of (b, hk).
+  std::uint32_t* kv(const BackwardJob& job, std::int64_t b, std::int64_t hk, std::int64_t kt, int i) const {
+    const std::int64_t kv_heads = job.fwd.heads / job.fwd.kv_group;
+    return base + q_side + ((b * kv_heads + hk) * kv_tiles + kt) * 3 * kv_part + i * kv_part;
+  }
+};
+
+// Pairs the packed operands of a job take (0 where the products are FMA).
+inline std::size_t backward_pair_pack_u32(const BackwardJob& job) {
+#if defined(FA_HAVE_BF16_DOT)
+  if (job.fwd.dtype == DType::kBF16) {
+    BackwardJob sized = job;
+    sized.pairs = nullptr;
+    return static_cast<std::size_t>(PairPacks::of(sized).total(job));
+  }
+#endif
+  (void)job;
+  return 0;
+}
 
 // `rows` rows (`row_stride` elements apart) of a DT tensor into fp32 [.][Dp],
 // and zero rows up to `fill_rows` (the lanes of a partial vector).
@@ -125,8 +195,9 @@ struct QTile {
   int rows, lanes;  // rows, and rows rounded up to whole vectors
 };
 
+// Q and dO rows (fp32 [lanes][Dp], zero past the rows) and transposed.
 template <DType DT>
-inline void load_q_tile(const BackwardJob& job, const BackwardScratch& w, const QTile& t) {
+inline void load_q_rows(const BackwardJob& job, const BackwardScratch& w, const QTile& t) {
   const detail::AttentionJob& f = job.fwd;
   const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job), tq = f.tile_q;
   const std::size_t es = dtype_size(DT);
@@ -137,6 +208,11 @@ inline void load_q_tile(const BackwardJob& job, const BackwardScratch& w, const 
   load_rows<DT>(g, job.dout_strides[2], t.rows, t.lanes, D, Dp, w.dout);
   transpose_rows(w.q, t.lanes, Dp, w.qt, tq);
   transpose_rows(w.dout, t.lanes, Dp, w.dot, tq);
+}
+
+// The rows' LSE in log2 units and D.
+inline void load_row_stats(const BackwardJob& job, const BackwardScratch& w, const QTile& t) {
+  const detail::AttentionJob& f = job.fwd;
   const float* lse = f.lse + t.b * f.lse_strides[0] + t.h * f.lse_strides[1] + t.i0;
   const float* delta = job.delta + (t.b * f.heads + t.h) * f.seq_q + t.i0;
   for (int r = 0; r < t.lanes; ++r) {
@@ -148,16 +224,17 @@ inline void load_q_tile(const BackwardJob& job, const BackwardScratch& w, const 
   }
 }
 
+// K and V rows [cols][Dp], zero rows to fill_rows.
 template <DType DT>
 inline void load_kv_rows(const BackwardJob& job, const BackwardScratch& w, std::int64_t b, std::int64_t hk, std::int64_t j0,
-                         int cols) {
+                         int cols, int fill_rows) {
   const detail::AttentionJob& f = job.fwd;
   const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job);
   const std::size_t es = dtype_size(DT);
   const char* k = static_cast<const char*>(f.k) + (b * f.k_strides[0] + hk * f.k_strides[1] + j0 * f.k_strides[2]) * es;
   const char* v = static_cast<const char*>(f.v) + (b * f.v_strides[0] + hk * f.v_strides[1] + j0 * f.v_strides[2]) * es;
-  load_rows<DT>(k, f.k_strides[2], cols, cols, D, Dp, w.k);
-  load_rows<DT>(v, f.v_strides[2], cols, cols, D, Dp, w.v);
+  load_rows<DT>(k, f.k_strides[2], cols, fill_rows, D, Dp, w.k);
+  load_rows<DT>(v, f.v_strides[2], cols, fill_rows, D, Dp, w.v);
 }
 
 // Whether some row of [i0, i0 + rows) may attend some key of [j0, j0 + cols)
@@ -179,16 +256,46 @@ struct ModifierJobs {
   }
 };
 
+// The operands one (Q tile, K/V tile) block's products read: fp32 rows
+// and transposes in the thread's scratch (FMA products), or the call's
+// packed pairs (pair products; null otherwise).
+struct BlockOperands {
+  const std::uint32_t* qb = nullptr;  // Q tile: qb, dob, qr, dor
+  const std::uint32_t* dob = nullptr;
+  const std::uint32_t* qr = nullptr;
+  const std::uint32_t* dor = nullptr;
+  const std::uint32_t* ka = nullptr;  // K/V tile: ka, va, kr
+  const std::uint32_t* va = nullptr;
+  const std::uint32_t* kr = nullptr;
+};
+
+// Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, raw, into w.p and w.ds (`which`: 0, 1).
+template <DType DT>
+inline void block_scores(const BackwardJob& job, const BackwardScratch& w, const BlockOperands& ops, const QTile& t,
+                         int cols, int which) {
+  const int D = static_cast<int>(job.fwd.head_dim), Dp = BackwardScratch::padded_dim(job), tq = job.fwd.tile_q;
+  float* out = which == 0 ? w.p : w.ds;
+  if constexpr (kPairProducts<DT>) {
+#if defined(FA_HAVE_BF16_DOT)
+    pair_gemm<false>(which == 0 ? ops.ka : ops.va, Dp / 2, round_up_to(cols, 8), which == 0 ? ops.qb : ops.dob, Dp,
+                     t.lanes, out, tq);
+#endif
+  } else {
+    (void)ops;
+    gemm<false>(which == 0 ? w.k : w.v, Dp, 1, cols, D, which == 0 ? w.qt : w.dot, tq, t.lanes / Vec::W, out, tq, nullptr);
+  }
+}
+
 // One (Q tile, K/V tile) block: Pᵀ (w.p), (P ∘ Z)ᵀ (returned: w.pz under
 // dropout, else w.p) and dSᵀ in natural units (w.ds), from the loaded Q,
-// dO (transposed), K and V.  With softcap, w.cap holds 1 - tanh².
+// dO, K and V.  With softcap, w.cap holds 1 - tanh².
+template <DType DT>
 inline const float* block_gradients(const BackwardJob& job, const ModifierJobs& mods, const BackwardScratch& w,
-                                    const QTile& t, std::int64_t j0, int cols) {
+                                    const BlockOperands& ops, const QTile& t, std::int64_t j0, int cols) {
   const detail::AttentionJob& f = job.fwd;
-  const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job), tq = f.tile_q;
-  const int nvec = t.lanes / Vec::W;
+  const int tq = f.tile_q;
   // Sᵀ = K Qᵀ, scaled into log2 units with its modifiers, masked.
-  gemm<false>(w.k, Dp, 1, cols, D, w.qt, tq, nvec, w.p, tq, nullptr);
+  block_scores<DT>(job, w, ops, t, cols, 0);
   const typename Vec::T scale = Vec::set1(score_scale(f, t.h));
   for (int c = 0; c < cols; ++c) {
     for (int r = 0; r < t.lanes; r += Vec::W) {
@@ -229,7 +336,7 @@ inline const float* block_gradients(const BackwardJob& job, const ModifierJobs& 
     pz = w.pz;
   }
   // dPᵀ = V dOᵀ, then dSᵀ = (P∘Z)ᵀ ∘ dPᵀ − Pᵀ ∘ D (Z ∘ dP ∘ P = (P∘Z) ∘ dP).
-  gemm<false>(w.v, Dp, 1, cols, D, w.dot, tq, nvec, w.ds, tq, nullptr);
+  block_scores<DT>(job, w, ops, t, cols, 1);
   for (int c = 0; c < cols; ++c) {
     for (int r = 0; r < t.lanes; r += Vec::W) {
       const std::int64_t at = std::int64_t(c) * tq + r;
@@ -294,7 +401,14 @@ inline void dkdv_item(const BackwardJob& job, const ModifierJobs& mods, const Ba
   const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job), tq = f.tile_q;
   const std::int64_t j0 = kt * f.tile_kv;
   const int cols = static_cast<int>(f.seq_kv - j0 < f.tile_kv ? f.seq_kv - j0 : f.tile_kv);
-  load_kv_rows<DT>(job, w, b, hk, j0, cols);
+  BlockOperands ops;
+  [[maybe_unused]] const PairPacks packs = PairPacks::of(job);
+  if constexpr (kPairProducts<DT>) {
+    ops.ka = packs.kv(job, b, hk, kt, 0);
+    ops.va = packs.kv(job, b, hk, kt, 1);
+  } else {
+    load_kv_rows<DT>(job, w, b, hk, j0, cols, cols);
+  }
   std::memset(w.dk, 0, sizeof(float) * cols * Dp);
   std::memset(w.dv, 0, sizeof(float) * cols * Dp);
   const std::int64_t q_tiles = (f.seq_q + tq - 1) / tq;
@@ -302,13 +416,29 @@ inline void dkdv_item(const BackwardJob& job, const ModifierJobs& mods, const Ba
     for (std::int64_t qi = 0; qi < q_tiles; ++qi) {
       const QTile t = q_tile(job, b, h, qi);
       if (!block_live(f, t.i0, t.rows, j0, cols)) continue;
-      load_q_tile<DT>(job, w, t);
-      const float* pz = block_gradients(job, mods, w, t, j0, cols);
+      if constexpr (kPairProducts<DT>) {
+        for (int i = 0; i < 4; ++i) (&ops.qb)[i] = packs.q(job, b, h, qi, i);
+      } else {
+        load_q_rows<DT>(job, w, t);
+      }
+      load_row_stats(job, w, t);
+      const float* pz = block_gradients<DT>(job, mods, w, ops, t, j0, cols);
       apply_softcap_chain(job, w, t, cols);
       // dV += (P∘Z)ᵀ dO and dK += dS'ᵀ Q: rows are keys, the reduction runs
       // over the tile's query rows.
-      gemm<true, false>(pz, tq, 1, cols, t.rows, w.dout, Dp, Dp / Vec::W, w.dv, Dp, w.ones);
-      gemm<true, false>(w.ds, tq, 1, cols, t.rows, w.q, Dp, Dp / Vec::W, w.dk, Dp, w.ones);
+      if constexpr (kPairProducts<DT>) {
+#if defined(FA_HAVE_BF16_DOT)
+        const int rows8 = round_up_to(cols, 8);
+        std::uint32_t* a = w.pairs;
+        pack_a_rows(pz, tq, cols, rows8, t.lanes, a, tq / 2);
+        pair_gemm<true>(a, tq / 2, rows8, ops.dor, t.lanes, Dp, w.dv, Dp);
+        pack_a_rows(w.ds, tq, cols, rows8, t.lanes, a, tq / 2);
+        pair_gemm<true>(a, tq / 2, rows8, ops.qr, t.lanes, Dp, w.dk, Dp);
+#endif
+      } else {
+        gemm<true, false>(pz, tq, 1, cols, t.rows, w.dout, Dp, Dp / Vec::W, w.dv, Dp, w.ones);
+        gemm<true, false>(w.ds, tq, 1, cols, t.rows, w.q, Dp, Dp / Vec::W, w.dk, Dp, w.ones);
+      }
     }
   }
   for (int g = 1; g <= 2; ++g) {
@@ -326,16 +456,27 @@ inline void dq_tile(const BackwardJob& job, const ModifierJobs& mods, const Back
   const detail::AttentionJob& f = job.fwd;
   const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job), tq = f.tile_q, tk = f.tile_kv;
   const QTile t = q_tile(job, b, h, qi);
-  load_q_tile<DT>(job, w, t);
-  std::memset(w.dq, 0, sizeof(float) * t.rows * Dp);
+  BlockOperands ops;
+  [[maybe_unused]] const PairPacks packs = PairPacks::of(job);
+  if constexpr (kPairProducts<DT>) {
+    for (int i = 0; i < 4; ++i) (&ops.qb)[i] = packs.q(job, b, h, qi, i);
+  } else {
+    load_q_rows<DT>(job, w, t);
+  }
+  load_row_stats(job, w, t);
+  std::memset(w.dq, 0, sizeof(float) * t.lanes * Dp);
   float* dbias = job.dbias ? job.dbias + (job.bias_heads > 1 ? h : 0) * f.seq_q * f.seq_kv : nullptr;
   const std::int64_t hk = h / f.kv_group, kv_tiles = (f.seq_kv + tk - 1) / tk;
   for (std::int64_t kt = 0; kt < kv_tiles; ++kt) {
     const std::int64_t j0 = kt * tk;
     const int cols = static_cast<int>(f.seq_kv - j0 < tk ? f.seq_kv - j0 : tk);
     if (!block_live(f, t.i0, t.rows, j0, cols)) continue;
-    load_kv_rows<DT>(job, w, b, hk, j0, cols);
-    block_gradients(job, mods, w, t, j0, cols);
+    if constexpr (kPairProducts<DT>) {
+      for (int i = 0; i < 3; ++i) (&ops.ka)[i] = packs.kv(job, b, hk, kt, i);
+    } else {
+      load_kv_rows<DT>(job, w, b, hk, j0, cols, cols);
+    }
+    block_gradients<DT>(job, mods, w, ops, t, j0, cols);
     if (dbias) {  // the bias is added after softcap: its gradient is dS itself
       for (int r = 0; r < t.rows; ++r) {
         float* row = dbias + (t.i0 + r) * f.seq_kv + j0;
@@ -344,13 +485,56 @@ inline void dq_tile(const BackwardJob& job, const ModifierJobs& mods, const Back
     }
     apply_softcap_chain(job, w, t, cols);
     // dQ += dS' K: A(r, c) = dS'ᵀ[c][r].
-    gemm<true, false>(w.ds, 1, tq, t.rows, cols, w.k, Dp, Dp / Vec::W, w.dq, Dp, w.ones);
+    if constexpr (kPairProducts<DT>) {
+#if defined(FA_HAVE_BF16_DOT)
+      // Keys past the tile's own, to the reduction's step of 16: dS' 0.
+      const int cols16 = round_up_to(cols, 16);
+      for (int c = cols; c < cols16; ++c) std::memset(w.ds + std::int64_t(c) * tq, 0, sizeof(float) * t.lanes);
+      std::uint32_t* a = w.pairs;
+      const int rows8 = round_up_to(t.rows, 8);
+      pack_a_transposed(w.ds, tq, cols16, rows8, a, tk / 2);
+      pair_gemm<true>(a, tk / 2, rows8, ops.kr, cols16, Dp, w.dq, Dp);
+#endif
+    } else {
+      gemm<true, false>(w.ds, 1, tq, t.rows, cols, w.k, Dp, Dp / Vec::W, w.dq, Dp, w.ones);
+    }
   }
   const std::size_t es = dtype_size(job.grad_dtype[0]);
   char* out = static_cast<char*>(job.grad[0]) +
               (b * job.grad_strides[0][0] + h * job.grad_strides[0][1] + t.i0 * job.grad_strides[0][2]) * es;
   store_rows(out, job.grad_dtype[0], job.grad_strides[0][2], t.rows, D, Dp, w.dq, job.scale);
 }
+
+#if defined(FA_HAVE_BF16_DOT)
+// The packing pass (pair products): item < q_items packs Q tile `item` of
+// the (batch, head) rows (qb, dob, qr, dor), the rest K/V tiles (ka, va, kr).
+template <DType DT>
+inline void pack_item(const BackwardJob& job, const BackwardScratch& w, std::int64_t item) {
+  const detail::AttentionJob& f = job.fwd;
+  const PairPacks packs = PairPacks::of(job);
+  const int Dp = BackwardScratch::padded_dim(job), tq = f.tile_q;
+  const std::int64_t q_items = f.batch * f.heads * packs.q_tiles;
+  if (item < q_items) {
+    const std::int64_t bh = item / packs.q_tiles, qi = item % packs.q_tiles;
+    const QTile t = q_tile(job, bh / f.heads, bh % f.heads, qi);
+    load_q_rows<DT>(job, w, t);
+    pack_b_pairs(w.qt, tq, Dp, t.lanes, packs.q(job, t.b, t.h, qi, 0));
+    pack_b_pairs(w.dot, tq, Dp, t.lanes, packs.q(job, t.b, t.h, qi, 1));
+    pack_b_pairs(w.q, Dp, t.lanes, Dp, packs.q(job, t.b, t.h, qi, 2));
+    pack_b_pairs(w.dout, Dp, t.lanes, Dp, packs.q(job, t.b, t.h, qi, 3));
+    return;
+  }
+  item -= q_items;
+  const std::int64_t kv_heads = f.heads / f.kv_group, bhk = item / packs.kv_tiles, kt = item % packs.kv_tiles;
+  const std::int64_t b = bhk / kv_heads, hk = bhk % kv_heads, j0 = kt * f.tile_kv;
+  const int cols = static_cast<int>(f.seq_kv - j0 < f.tile_kv ? f.seq_kv - j0 : f.tile_kv);
+  const int cols16 = round_up_to(cols, 16);  // rows past the keys: zero (the products' steps)
+  load_kv_rows<DT>(job, w, b, hk, j0, cols, cols16);
+  pack_a_rows(w.k, Dp, cols, cols16, Dp, packs.kv(job, b, hk, kt, 0), Dp / 2);
+  pack_a_rows(w.v, Dp, cols, cols16, Dp, packs.kv(job, b, hk, kt, 1), Dp / 2);
+  pack_b_pairs(w.k, Dp, cols16, Dp, packs.kv(job, b, hk, kt, 2));
+}
+#endif
 
 template <DType DT>
 inline void run_backward_typed(const BackwardJob& job) {
@@ -362,6 +546,13 @@ inline void run_backward_typed(const BackwardJob& job) {
   };
   const std::int64_t bh_count = f.batch * f.heads;
   pool.parallel_for(bh_count, f.threads, [&](std::int64_t bh, int) { delta_item<DT>(job, bh); });
+#if defined(FA_HAVE_BF16_DOT)
+  if constexpr (kPairProducts<DT>) {
+    const PairPacks packs = PairPacks::of(job);
+    const std::int64_t items = f.batch * (f.heads * packs.q_tiles + f.heads / f.kv_group * packs.kv_tiles);
+    pool.parallel_for(items, f.threads, [&](std::int64_t item, int worker) { pack_item<DT>(job, scratch(worker), item); });
+  }
+#endif
 
   const std::int64_t kv_tiles = (f.seq_kv + f.tile_kv - 1) / f.tile_kv, kv_heads = f.heads / f.kv_group;
   pool.parallel_for(f.batch * kv_heads * kv_tiles, f.threads, [&](std::int64_t item, int worker) {
@@ -401,7 +592,7 @@ inline void run_backward(const BackwardJob& job) {
 }
 
 inline constexpr detail::BackwardKernelTable backward_table_of(Isa isa, const char* name) {
-  return {isa, name, &backward_workspace_floats, &run_backward};
+  return {isa, name, &backward_workspace_floats, &backward_pair_pack_u32, &run_backward};
 }
 
 }  // namespace fa::FA_KERNEL_NS
