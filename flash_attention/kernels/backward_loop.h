@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstring>
+#include <optional>
 
 #include "../common/thread_pool.h"
 #include "backward_job.h"
@@ -30,9 +31,9 @@
 #include "score_modifiers.h"
 #include "tile_mask.h"
 #include "vec_io.h"
-#if defined(FA_HAVE_BF16_DOT)
-#include "probes.h"  // (bf16_dot_path.h's peak probe uses its timer)
-#include "bf16_dot_path.h"
+#if defined(FA_HAVE_BF16_DOT) || defined(FA_HAVE_AMX)
+#define FA_BACKWARD_PAIRS 1
+#include "engines.h"  // the pair engine: bf16_dot_path.h or amx_tile_path.h
 #include "backward_pairs.h"
 #endif
 
@@ -42,14 +43,32 @@ using detail::BackwardJob;
 
 inline int round_up_to(int n, int m) { return (n + m - 1) / m * m; }
 
-// Whether DT's products run as VDPBF16PS pairs on this path.
+// Whether DT's products run on bf16 pairs on this path (VDPBF16PS or the
+// tile unit).
 template <DType DT>
 inline constexpr bool kPairProducts =
-#if defined(FA_HAVE_BF16_DOT)
+#if defined(FA_BACKWARD_PAIRS)
     DT == DType::kBF16;
 #else
     false;
 #endif
+
+// head_dim padded to the vector width, or on the tile unit to its 16 pairs
+// (the products' reduction over head_dim).
+#if defined(FA_HAVE_AMX)
+inline constexpr int kDimStep = 32;
+#else
+inline constexpr int kDimStep = Vec::W;
+#endif
+// A Q tile's rows padded to whole vectors, or for pair products to the
+// reduction step (dV's and dK's reduction runs over them).
+template <DType DT>
+inline int lane_step() {
+#if defined(FA_BACKWARD_PAIRS)
+  if constexpr (kPairProducts<DT>) return kPairReduceStep;
+#endif
+  return Vec::W;
+}
 
 // One thread's scratch.  Rows of Q, dO, K, V and the accumulators are Dp =
 // head_dim rounded up to the vector width (zero columns beyond head_dim);
@@ -76,7 +95,7 @@ struct BackwardScratch {
   // 2] or dS' [tile_q][tile_kv / 2], as bf16 pairs.
   std::uint32_t* pairs;
 
-  static int padded_dim(const BackwardJob& job) { return round_up_to(static_cast<int>(job.fwd.head_dim), Vec::W); }
+  static int padded_dim(const BackwardJob& job) { return round_up_to(static_cast<int>(job.fwd.head_dim), kDimStep); }
   static std::size_t floats(const BackwardJob& job) {
     const std::size_t tq = job.fwd.tile_q, tk = job.fwd.tile_kv, dp = padded_dim(job);
     return pad16(tk * dp) * 4 + pad16(tq * dp) * 5 + pad16(tk * tq) * 4 + pad16(tq) * 2 + pad16(dp > tq ? dp : tq) +
@@ -135,7 +154,7 @@ struct PairPacks {
 
 // Pairs the packed operands of a job take (0 where the products are FMA).
 inline std::size_t backward_pair_pack_u32(const BackwardJob& job) {
-#if defined(FA_HAVE_BF16_DOT)
+#if defined(FA_BACKWARD_PAIRS)
   if (job.fwd.dtype == DType::kBF16) {
     BackwardJob sized = job;
     sized.pairs = nullptr;
@@ -276,9 +295,9 @@ inline void block_scores(const BackwardJob& job, const BackwardScratch& w, const
   const int D = static_cast<int>(job.fwd.head_dim), Dp = BackwardScratch::padded_dim(job), tq = job.fwd.tile_q;
   float* out = which == 0 ? w.p : w.ds;
   if constexpr (kPairProducts<DT>) {
-#if defined(FA_HAVE_BF16_DOT)
-    pair_gemm<false>(which == 0 ? ops.ka : ops.va, Dp / 2, round_up_to(cols, 8), which == 0 ? ops.qb : ops.dob, Dp,
-                     t.lanes, out, tq);
+#if defined(FA_BACKWARD_PAIRS)
+    pair_gemm<false>(which == 0 ? ops.ka : ops.va, Dp / 2, round_up_to(cols, kPairRowStep), which == 0 ? ops.qb : ops.dob,
+                     Dp, t.lanes, out, tq);
 #endif
   } else {
     (void)ops;
@@ -385,11 +404,12 @@ inline void delta_item(const BackwardJob& job, std::int64_t bh) {
 
 // The Q tiles of one head that may reach keys [j0, j0 + cols) (all of them
 // without a window).
+template <DType DT>
 inline QTile q_tile(const BackwardJob& job, std::int64_t b, std::int64_t h, std::int64_t qt) {
   const detail::AttentionJob& f = job.fwd;
   QTile t{b, h, qt * f.tile_q, 0, 0};
   t.rows = static_cast<int>(f.seq_q - t.i0 < f.tile_q ? f.seq_q - t.i0 : f.tile_q);
-  t.lanes = round_up_to(t.rows, Vec::W);
+  t.lanes = round_up_to(t.rows, lane_step<DT>());
   return t;
 }
 
@@ -414,7 +434,7 @@ inline void dkdv_item(const BackwardJob& job, const ModifierJobs& mods, const Ba
   const std::int64_t q_tiles = (f.seq_q + tq - 1) / tq;
   for (std::int64_t h = hk * f.kv_group; h < (hk + 1) * f.kv_group; ++h) {
     for (std::int64_t qi = 0; qi < q_tiles; ++qi) {
-      const QTile t = q_tile(job, b, h, qi);
+      const QTile t = q_tile<DT>(job, b, h, qi);
       if (!block_live(f, t.i0, t.rows, j0, cols)) continue;
       if constexpr (kPairProducts<DT>) {
         for (int i = 0; i < 4; ++i) (&ops.qb)[i] = packs.q(job, b, h, qi, i);
@@ -427,13 +447,13 @@ inline void dkdv_item(const BackwardJob& job, const ModifierJobs& mods, const Ba
       // dV += (P∘Z)ᵀ dO and dK += dS'ᵀ Q: rows are keys, the reduction runs
       // over the tile's query rows.
       if constexpr (kPairProducts<DT>) {
-#if defined(FA_HAVE_BF16_DOT)
-        const int rows8 = round_up_to(cols, 8);
+#if defined(FA_BACKWARD_PAIRS)
+        const int m = round_up_to(cols, kPairRowStep);
         std::uint32_t* a = w.pairs;
-        pack_a_rows(pz, tq, cols, rows8, t.lanes, a, tq / 2);
-        pair_gemm<true>(a, tq / 2, rows8, ops.dor, t.lanes, Dp, w.dv, Dp);
-        pack_a_rows(w.ds, tq, cols, rows8, t.lanes, a, tq / 2);
-        pair_gemm<true>(a, tq / 2, rows8, ops.qr, t.lanes, Dp, w.dk, Dp);
+        pack_a_rows(pz, tq, cols, m, t.lanes, a, tq / 2);
+        pair_gemm<true>(a, tq / 2, m, ops.dor, t.lanes, Dp, w.dv, Dp);
+        pack_a_rows(w.ds, tq, cols, m, t.lanes, a, tq / 2);
+        pair_gemm<true>(a, tq / 2, m, ops.qr, t.lanes, Dp, w.dk, Dp);
 #endif
       } else {
         gemm<true, false>(pz, tq, 1, cols, t.rows, w.dout, Dp, Dp / Vec::W, w.dv, Dp, w.ones);
@@ -455,7 +475,7 @@ inline void dq_tile(const BackwardJob& job, const ModifierJobs& mods, const Back
                     std::int64_t h, std::int64_t qi) {
   const detail::AttentionJob& f = job.fwd;
   const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job), tq = f.tile_q, tk = f.tile_kv;
-  const QTile t = q_tile(job, b, h, qi);
+  const QTile t = q_tile<DT>(job, b, h, qi);
   BlockOperands ops;
   [[maybe_unused]] const PairPacks packs = PairPacks::of(job);
   if constexpr (kPairProducts<DT>) {
@@ -486,14 +506,14 @@ inline void dq_tile(const BackwardJob& job, const ModifierJobs& mods, const Back
     apply_softcap_chain(job, w, t, cols);
     // dQ += dS' K: A(r, c) = dS'ᵀ[c][r].
     if constexpr (kPairProducts<DT>) {
-#if defined(FA_HAVE_BF16_DOT)
-      // Keys past the tile's own, to the reduction's step of 16: dS' 0.
-      const int cols16 = round_up_to(cols, 16);
-      for (int c = cols; c < cols16; ++c) std::memset(w.ds + std::int64_t(c) * tq, 0, sizeof(float) * t.lanes);
+#if defined(FA_BACKWARD_PAIRS)
+      // Keys past the tile's own, to the reduction's step: dS' 0.
+      const int keys = round_up_to(cols, kPairReduceStep);
+      for (int c = cols; c < keys; ++c) std::memset(w.ds + std::int64_t(c) * tq, 0, sizeof(float) * t.lanes);
       std::uint32_t* a = w.pairs;
-      const int rows8 = round_up_to(t.rows, 8);
-      pack_a_transposed(w.ds, tq, cols16, rows8, a, tk / 2);
-      pair_gemm<true>(a, tk / 2, rows8, ops.kr, cols16, Dp, w.dq, Dp);
+      const int m = round_up_to(t.rows, kPairRowStep);
+      pack_a_transposed(w.ds, tq, keys, m, a, tk / 2);
+      pair_gemm<true>(a, tk / 2, m, ops.kr, keys, Dp, w.dq, Dp);
 #endif
     } else {
       gemm<true, false>(w.ds, 1, tq, t.rows, cols, w.k, Dp, Dp / Vec::W, w.dq, Dp, w.ones);
@@ -505,7 +525,7 @@ inline void dq_tile(const BackwardJob& job, const ModifierJobs& mods, const Back
   store_rows(out, job.grad_dtype[0], job.grad_strides[0][2], t.rows, D, Dp, w.dq, job.scale);
 }
 
-#if defined(FA_HAVE_BF16_DOT)
+#if defined(FA_BACKWARD_PAIRS)
 // The packing pass (pair products): item < q_items packs Q tile `item` of
 // the (batch, head) rows (qb, dob, qr, dor), the rest K/V tiles (ka, va, kr).
 template <DType DT>
@@ -516,7 +536,7 @@ inline void pack_item(const BackwardJob& job, const BackwardScratch& w, std::int
   const std::int64_t q_items = f.batch * f.heads * packs.q_tiles;
   if (item < q_items) {
     const std::int64_t bh = item / packs.q_tiles, qi = item % packs.q_tiles;
-    const QTile t = q_tile(job, bh / f.heads, bh % f.heads, qi);
+    const QTile t = q_tile<DT>(job, bh / f.heads, bh % f.heads, qi);
     load_q_rows<DT>(job, w, t);
     pack_b_pairs(w.qt, tq, Dp, t.lanes, packs.q(job, t.b, t.h, qi, 0));
     pack_b_pairs(w.dot, tq, Dp, t.lanes, packs.q(job, t.b, t.h, qi, 1));
@@ -528,13 +548,26 @@ inline void pack_item(const BackwardJob& job, const BackwardScratch& w, std::int
   const std::int64_t kv_heads = f.heads / f.kv_group, bhk = item / packs.kv_tiles, kt = item % packs.kv_tiles;
   const std::int64_t b = bhk / kv_heads, hk = bhk % kv_heads, j0 = kt * f.tile_kv;
   const int cols = static_cast<int>(f.seq_kv - j0 < f.tile_kv ? f.seq_kv - j0 : f.tile_kv);
-  const int cols16 = round_up_to(cols, 16);  // rows past the keys: zero (the products' steps)
-  load_kv_rows<DT>(job, w, b, hk, j0, cols, cols16);
-  pack_a_rows(w.k, Dp, cols, cols16, Dp, packs.kv(job, b, hk, kt, 0), Dp / 2);
-  pack_a_rows(w.v, Dp, cols, cols16, Dp, packs.kv(job, b, hk, kt, 1), Dp / 2);
-  pack_b_pairs(w.k, Dp, cols16, Dp, packs.kv(job, b, hk, kt, 2));
+  const int keys = round_up_to(cols, kPairReduceStep);  // rows past the keys: zero (the products' steps)
+  load_kv_rows<DT>(job, w, b, hk, j0, cols, keys);
+  pack_a_rows(w.k, Dp, cols, keys, Dp, packs.kv(job, b, hk, kt, 0), Dp / 2);
+  pack_a_rows(w.v, Dp, cols, keys, Dp, packs.kv(job, b, hk, kt, 1), Dp / 2);
+  pack_b_pairs(w.k, Dp, keys, Dp, packs.kv(job, b, hk, kt, 2));
 }
 #endif
+
+// The products' unit held for an item: the tile unit configured and then
+// released around an item of pair products on the amx path; nothing
+// elsewhere.
+template <DType DT>
+struct ProductUnit {
+#if defined(FA_BACKWARD_PAIRS)
+  ProductUnit() {
+    if constexpr (kPairProducts<DT>) unit.emplace();
+  }
+  std::optional<PairUnit> unit;
+#endif
+};
 
 template <DType DT>
 inline void run_backward_typed(const BackwardJob& job) {
@@ -546,7 +579,7 @@ inline void run_backward_typed(const BackwardJob& job) {
   };
   const std::int64_t bh_count = f.batch * f.heads;
   pool.parallel_for(bh_count, f.threads, [&](std::int64_t bh, int) { delta_item<DT>(job, bh); });
-#if defined(FA_HAVE_BF16_DOT)
+#if defined(FA_BACKWARD_PAIRS)
   if constexpr (kPairProducts<DT>) {
     const PairPacks packs = PairPacks::of(job);
     const std::int64_t items = f.batch * (f.heads * packs.q_tiles + f.heads / f.kv_group * packs.kv_tiles);
@@ -556,6 +589,7 @@ inline void run_backward_typed(const BackwardJob& job) {
 
   const std::int64_t kv_tiles = (f.seq_kv + f.tile_kv - 1) / f.tile_kv, kv_heads = f.heads / f.kv_group;
   pool.parallel_for(f.batch * kv_heads * kv_tiles, f.threads, [&](std::int64_t item, int worker) {
+    const ProductUnit<DT> unit;
     const std::int64_t kt = item % kv_tiles, bhk = item / kv_tiles;
     dkdv_item<DT>(job, mods, scratch(worker), bhk / kv_heads, bhk % kv_heads, kt);
   });
@@ -563,6 +597,7 @@ inline void run_backward_typed(const BackwardJob& job) {
   const std::int64_t q_tiles = (f.seq_q + f.tile_q - 1) / f.tile_q;
   if (!job.dbias) {
     pool.parallel_for(bh_count * q_tiles, f.threads, [&](std::int64_t item, int worker) {
+      const ProductUnit<DT> unit;
       const std::int64_t bh = item / q_tiles;
       dq_tile<DT>(job, mods, scratch(worker), bh / f.heads, bh % f.heads, item % q_tiles);
     });
@@ -571,6 +606,7 @@ inline void run_backward_typed(const BackwardJob& job) {
   // With dbias, an item owns its bias head's rows of one Q tile: it clears
   // them, then adds every (batch, head) that reads them, in a fixed order.
   pool.parallel_for(job.bias_heads * q_tiles, f.threads, [&](std::int64_t item, int worker) {
+    const ProductUnit<DT> unit;
     const std::int64_t hb = item / q_tiles, qi = item % q_tiles;
     const std::int64_t i0 = qi * f.tile_q, rows = f.seq_q - i0 < f.tile_q ? f.seq_q - i0 : f.tile_q;
     std::memset(job.dbias + (hb * f.seq_q + i0) * f.seq_kv, 0, sizeof(float) * rows * f.seq_kv);

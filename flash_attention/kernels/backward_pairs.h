@@ -1,6 +1,9 @@
-// The backward pass's products as VDPBF16PS pair dot products (bf16 inputs
-// on the avx512bf16 path): each product's operands packed as bf16 pairs
-// along its reduction, for bf16_dot_path.h's register blocks.  Q, dO, K and
+// The backward pass's products on bf16 pairs (bf16 inputs): VDPBF16PS dot
+// products on the avx512bf16 path (bf16_dot_path.h's register blocks), or
+// TDPBF16PS on the amx path's tile unit (amx_tile_path.h's tile macros; in
+// an FA_AMX_EMULATION build their C++ model).  Each product's operands are
+// packed as bf16 pairs along its reduction, in layouts both engines read:
+// a B operand's 16 pairs of 16 lanes are an AMX B tile's 16 rows.  Q, dO, K and
 // V are packed once per call, by a pass before the others (each is read by
 // every block of its row or column: packing them per block cost as much as
 // the products); P ∘ Z and dS, rounded to bf16 as FlashAttention's own bf16
@@ -17,7 +20,7 @@
 //     ka, va   (S's and dP's: K and V rows, pairs along head_dim)
 //     pza, dsa (dV's and dK's: (P∘Z)ᵀ and dS'ᵀ, keys x query rows)
 //     dsq      (dQ's: dS', query rows x keys)
-// Compiled inside the path's namespace after bf16_dot_path.h.
+// Compiled inside the path's namespace after the engine's header.
 #pragma once
 
 #include <immintrin.h>
@@ -25,6 +28,23 @@
 #include <cstdint>
 
 namespace fa::FA_KERNEL_NS {
+
+// The engine's steps: A operand rows (a register block's 8 rows; a tile's
+// 16) and the reduction (half an A block's 16 pairs; a tile's 16 pairs).
+// Rows and reductions are padded to them with zeros.
+#if defined(FA_HAVE_AMX)
+inline constexpr int kPairRowStep = 16, kPairReduceStep = 32;
+#else
+inline constexpr int kPairRowStep = 8, kPairReduceStep = 16;
+#endif
+
+// Around a thread's products: the tile unit configured, then released.
+struct PairUnit {
+#if defined(FA_HAVE_AMX)
+  PairUnit() { tile_config(); }
+  ~PairUnit() { tile_release(); }
+#endif
+};
 
 // 16 fp32 values as bf16 (nearest even), each widened into a 32-bit lane.
 inline __m512i bf16_lanes(__m512 x) { return _mm512_cvtepu16_epi32(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x))); }
@@ -73,13 +93,35 @@ inline void pack_a_transposed(const float* src, int ld, int k_rows, int m, std::
   }
 }
 
-// C[m][n] (+)= A[m][k] · B[k][n] on VDPBF16PS: A rows `a_ld` pairs apart (m
-// a multiple of 8), B packed [n / 16][k / 2][16] (k a multiple of 16, n of
-// 16), C rows ldc floats apart.
+// C[m][n] (+)= A[m][k] · B[k][n]: A rows `a_ld` pairs apart (m a multiple
+// of kPairRowStep), B packed [n / 16][k / 2][16] (k a multiple of
+// kPairReduceStep, n of 16), C rows ldc floats apart.
 template <bool kAccumulate>
 inline void pair_gemm(const std::uint32_t* a, int a_ld, int m, const std::uint32_t* b, int k, int n, float* c, int ldc) {
+#if defined(FA_HAVE_AMX)
+  // One 16 x 16 C tile at a time over the reduction's A and B tiles (tiles
+  // 0, 4 and 6 of amx_tile_path.h's configuration).
+  const int pairs = k / 2;
+  for (int i0 = 0; i0 < m; i0 += 16) {
+    for (int v = 0; v < n / 16; ++v) {
+      float* ct = c + std::int64_t(i0) * ldc + v * 16;
+      if constexpr (kAccumulate) {
+        FA_TILE_LOAD(0, ct, std::int64_t(ldc) * 4);
+      } else {
+        FA_TILE_ZERO(0);
+      }
+      for (int p0 = 0; p0 < pairs; p0 += 16) {
+        FA_TILE_LOAD(4, a + std::int64_t(i0) * a_ld + p0, std::int64_t(a_ld) * 4);
+        FA_TILE_LOAD(6, b + (std::int64_t(v) * pairs + p0) * 16, 64);
+        FA_TILE_DOT(0, 4, 6);
+      }
+      FA_TILE_STORE(0, ct, std::int64_t(ldc) * 4);
+    }
+  }
+#else
   dot_product<kAccumulate, false, true>(a, ALayout::rows(a_ld), m, b, std::int64_t(k / 2) * 16, k / 2, n, c, ldc,
                                         nullptr, nullptr, 0);
+#endif
 }
 
 }  // namespace fa::FA_KERNEL_NS

@@ -2,8 +2,10 @@
 # instructions modelled in C++) and runs the amx engine's code where the CPU
 # has no AMX: every fa2_test and fa3_test case on --isa=amx, the unit tests of
 # the amx path (window edges, shared K/V packing, edge cases, the accuracy
-# rule) for both, and FA3's pair schedule on the tile unit against FA2 bit
-# for bit (bf16, and fp16 in two pieces).  Only the amx path is built.
+# rule) for both, FA2's backward pass (bf16's products on the tile unit) on
+# the same matrix and its unit tests, and FA3's pair schedule on the tile
+# unit against FA2 bit for bit (bf16, and fp16 in two pieces).  Only the amx
+# path is built.
 # Prints SKIP on a CPU without AVX512_BF16, which the emulated path needs.
 include(${CMAKE_CURRENT_LIST_DIR}/variant_build.cmake)
 fa_skip_unless_cpu_has(avx512_bf16 "the emulated amx path")
@@ -23,9 +25,15 @@ foreach(version 2 3)
   string(REGEX MATCH "[0-9]+ passed, 0 failed" passed "${out}")
   string(APPEND cases " fa${version}_test ${passed};")
 endforeach()
+execute_process(COMMAND ${BUILD}/tests/fa2_test --backward --isa=amx RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES " 0 failed")
+  message(FATAL_ERROR "fa2_test --backward on the emulated amx path failed (exit ${rc}):\n${out}${err}")
+endif()
+string(REGEX MATCH "[0-9]+ passed, 0 failed" passed "${out}")
+string(APPEND cases " fa2_test --backward ${passed};")
 set(units 0)
 foreach(binary fa2_property_tests fa3_property_tests fa_unit_tests)
-  execute_process(COMMAND ${BUILD}/tests/unit/${binary} --gtest_filter=*amx*:IsaChoice.*
+  execute_process(COMMAND ${BUILD}/tests/unit/${binary} --gtest_filter=*amx*:IsaChoice.*:Backward.*
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0 OR NOT out MATCHES "PASSED")
     message(FATAL_ERROR "${binary} on the emulated amx path failed (exit ${rc}):\n${out}${err}")
