@@ -119,8 +119,23 @@ inline void pair_gemm(const std::uint32_t* a, int a_ld, int m, const std::uint32
     }
   }
 #else
-  dot_product<kAccumulate, false, true>(a, ALayout::rows(a_ld), m, b, std::int64_t(k / 2) * 16, k / 2, n, c, ldc,
-                                        nullptr, nullptr, 0);
+  // The register blocks take 3 vectors of columns at a time; a width that
+  // would leave one vector alone (4, 7, ... vectors: a 64-wide Q tile) ends
+  // in two blocks of 2 instead, which load each A pair half as often.
+  const std::int64_t b_vstride = std::int64_t(k / 2) * 16;
+  auto columns = [&](int n0, int width) {
+    dot_product<kAccumulate, false, true>(a, ALayout::rows(a_ld), m, b + (n0 / 16) * b_vstride, b_vstride, k / 2, width,
+                                          c + n0, ldc, nullptr, nullptr, 0);
+  };
+  const int nvec = n / 16;
+  if (nvec % kDotVecs == 1 && nvec > 1) {
+    const int head = (nvec - 4) * 16;
+    if (head > 0) columns(0, head);
+    columns(head, 32);
+    columns(head + 32, 32);
+  } else {
+    columns(0, n);
+  }
 #endif
 }
 
