@@ -634,6 +634,13 @@ int run(int argc, char** argv) {
   // (five products to the forward's two).
   const double backward_flops = 2.5 * flops;
   const double backward_median = median_of(backward_ms);
+  // The backward call's footprint: its inputs (Q, K, V, O, the LSE, dO),
+  // the gradients and its workspace: linear in the sequence lengths.
+  const std::size_t backward_bytes =
+      o.backward ? q_bytes * 2 + kv_in_bytes * 2 + o_bytes + lse_bytes + q_bytes + 2 * kv_in_bytes + bias.bytes() +
+                       fa::cli::backward_workspace_bytes(p, o.dtype, used_threads)
+                 : 0;
+  const double backward_peak_mb = double(backward_bytes) / double(1 << 20);
   const double backward_tflops = backward_median > 0 ? backward_flops / (backward_median * 1e-3) / 1e12 : 0.0;
   check_pass = check_pass && backward_pass;
 
@@ -688,6 +695,7 @@ int run(int argc, char** argv) {
     if (o.backward) {
       j["backward_latency_ms"] = backward_median;
       j["backward_throughput_tflops"] = backward_tflops;
+      j["backward_peak_memory_mb"] = backward_peak_mb;
       if (o.check) {
         j["backward_rel_l2_error"] = {{"dq", grad_check.rel_l2[0]}, {"dk", grad_check.rel_l2[1]}, {"dv", grad_check.rel_l2[2]}};
         j["backward_check"] = backward_pass ? "PASS" : "FAIL";
@@ -753,8 +761,11 @@ int run(int argc, char** argv) {
       std::cout << line;
     }
     if (o.backward) {
-      std::snprintf(line, sizeof line, "Backward Latency: %.4f ms (min %.4f, max %.4f over %zu runs)\nBackward Throughput: %.5f TFLOPS\n",
-                    backward_median, backward_ms.front(), backward_ms.back(), backward_ms.size(), backward_tflops);
+      std::snprintf(line, sizeof line,
+                    "Backward Latency: %.4f ms (min %.4f, max %.4f over %zu runs)\nBackward Throughput: %.5f TFLOPS\n"
+                    "Backward Peak Memory: %.2f MB\n",
+                    backward_median, backward_ms.front(), backward_ms.back(), backward_ms.size(), backward_tflops,
+                    backward_peak_mb);
       std::cout << line;
     }
     if (o.check && o.backward) {

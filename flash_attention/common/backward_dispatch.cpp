@@ -18,6 +18,7 @@ namespace fa::detail {
 
 Status select_isa(const std::optional<Isa>& forced, Isa* chosen);
 int max_threads_from_env();
+Status validate_params(const AttentionParams& p);
 
 #if FA_BUILD_GENERIC
 extern const BackwardKernelTable kBackward_generic;
@@ -107,7 +108,55 @@ AttentionJob forward_half(const AttentionParams& p, const AttentionTensors& t, i
   return f;
 }
 
+// The call's scratch, in floats: each thread's tiles, then D of every row
+// and the sinks' partials of every (sequence or batch entry, head); then,
+// 64-byte aligned, the pair products' packed operands (for a
+// variable-length call the largest sequence's: its jobs run one after
+// another).  O(seq): nothing in it grows with seq_q x seq_kv.
+struct ScratchLayout {
+  std::size_t per_thread = 0, threads = 0, delta = 0, sinks = 0, head = 0, pairs = 0;
+  std::size_t bytes() const { return (head + pairs) * sizeof(float); }
+};
+ScratchLayout scratch_layout(const AttentionParams& p, const AttentionTensors& t, const BackwardKernelTable* table,
+                             const BackwardJob& job, Isa isa) {
+  const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
+  ScratchLayout s;
+  s.per_thread = table->workspace_floats(job);
+  s.threads = static_cast<std::size_t>(job.fwd.threads);
+  s.delta = static_cast<std::size_t>((varlen ? 1 : p.batch) * p.num_heads * p.seq_q);
+  s.sinks = static_cast<std::size_t>(p.batch * p.num_heads);
+  if (!varlen) {
+    s.pairs = table->pair_pack_u32(job);
+  } else {
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      BackwardJob sj = job;
+      sj.fwd = forward_half(sequence_params(p, b), t, job.fwd.threads, isa);
+      s.pairs = std::max(s.pairs, table->pair_pack_u32(sj));
+    }
+  }
+  s.head = (s.per_thread * s.threads + s.delta + s.sinks + 15) & ~std::size_t{15};
+  return s;
+}
+
+int backward_threads(const AttentionParams& p) {
+  int threads = p.threads > 0 ? p.threads : default_thread_count();
+  if (const int cap = max_threads_from_env(); cap > 0 && cap < threads) threads = cap;
+  return threads;
+}
+
 }  // namespace
+
+std::size_t backward_workspace_bytes(const AttentionParams& p, DType dtype, int threads) {
+  Isa isa;
+  if (!select_isa(p.isa, &isa).ok()) return 0;
+  const BackwardKernelTable* table = backward_kernel_table(isa);
+  if (!table || !validate_params(p).ok()) return 0;
+  AttentionTensors t;  // the shape's stand-ins: only the dtype is read
+  t.q.dtype = t.k.dtype = t.v.dtype = t.o.dtype = dtype;
+  BackwardJob job{};
+  job.fwd = forward_half(p, t, threads > 0 ? threads : backward_threads(p), isa);
+  return scratch_layout(p, t, table, job, isa).bytes();
+}
 
 Status run_backward(const AttentionParams& p, const AttentionTensors& t, const AttentionGrads& g) {
   if (Status s = check_backward_inputs(p, t, g.dout, "fa2_backward"); !s.ok()) return s;
@@ -117,8 +166,7 @@ Status run_backward(const AttentionParams& p, const AttentionTensors& t, const A
   const BackwardKernelTable* table = backward_kernel_table(isa);
   if (!table) return Status::Unsupported("fa2_backward: the " + std::string(isa_name(isa)) + " path is not built");
 
-  int threads = p.threads > 0 ? p.threads : default_thread_count();
-  if (const int cap = max_threads_from_env(); cap > 0 && cap < threads) threads = cap;
+  const int threads = backward_threads(p);
   BackwardJob job{};
   job.fwd = forward_half(p, t, threads, isa);
   job.dout = g.dout.data;
@@ -133,26 +181,10 @@ Status run_backward(const AttentionParams& p, const AttentionTensors& t, const A
   job.dbias = g.dbias;
   job.bias_heads = p.bias_heads > 1 ? p.bias_heads : 1;
 
-  // Scratch: each thread's tiles, then D of every row and the sinks'
-  // partials of every (sequence or batch entry, head).
   const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
-  const std::size_t per_thread = table->workspace_floats(job);
-  const std::size_t delta_floats = static_cast<std::size_t>((varlen ? 1 : p.batch) * p.num_heads * p.seq_q);
-  const std::size_t sink_floats = static_cast<std::size_t>(p.batch * p.num_heads);
-  // The pair products' packed operands (the largest sequence's, for a
-  // variable-length call: its jobs run one after another), 64-byte aligned.
-  std::size_t pair_u32 = 0;
-  if (!varlen) {
-    pair_u32 = table->pair_pack_u32(job);
-  } else {
-    for (std::int64_t b = 0; b < p.batch; ++b) {
-      BackwardJob sj = job;
-      sj.fwd = forward_half(sequence_params(p, b), t, threads, isa);
-      pair_u32 = std::max(pair_u32, table->pair_pack_u32(sj));
-    }
-  }
-  const std::size_t head_floats = (per_thread * threads + delta_floats + sink_floats + 15) & ~std::size_t{15};
-  const std::size_t bytes = (head_floats + pair_u32) * sizeof(float);
+  const ScratchLayout layout = scratch_layout(p, t, table, job, isa);
+  const std::size_t per_thread = layout.per_thread, delta_floats = layout.delta, head_floats = layout.head,
+                    pair_u32 = layout.pairs, bytes = layout.bytes();
   const WorkspaceBlock block(bytes);
   if (!block) {
     return Status::OutOfMemory("fa2_backward: could not allocate " + std::to_string(bytes) + " bytes of workspace");

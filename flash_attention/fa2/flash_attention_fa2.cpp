@@ -15,4 +15,8 @@ Status fa2_backward(const AttentionParams& params, const AttentionTensors& tenso
   return detail::run_backward(params, tensors, grads);
 }
 
+std::size_t fa2_backward_workspace_bytes(const AttentionParams& params, DType dtype, int threads) {
+  return detail::backward_workspace_bytes(params, dtype, threads);
+}
+
 }  // namespace fa

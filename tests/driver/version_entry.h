@@ -27,8 +27,12 @@ inline constexpr ForwardFn kForward = &FA_CLI_ENTRY(fa, FA_VERSION, _forward);
 // The backward pass, where the version has one (FA2).
 #if FA_VERSION == 2
 inline constexpr BackwardFn kBackward = &fa2_backward;
+inline std::size_t backward_workspace_bytes(const AttentionParams& p, DType dtype, int threads) {
+  return fa2_backward_workspace_bytes(p, dtype, threads);
+}
 #else
 inline constexpr BackwardFn kBackward = nullptr;
+inline std::size_t backward_workspace_bytes(const AttentionParams&, DType, int) { return 0; }
 #endif
 inline std::size_t version_workspace_bytes(const AttentionParams& p, DType dtype, int threads) {
   return FA_CLI_ENTRY(fa, FA_VERSION, _workspace_bytes)(p, dtype, threads);

@@ -295,6 +295,26 @@ TEST(Backward, BitIdenticalAcrossThreadCounts) {
   }
 }
 
+// The backward's workspace grows linearly with the sequence (no seq_q x
+// seq_kv buffer anywhere), for bf16 (packed pairs where the path has them)
+// and fp32.
+TEST(Backward, WorkspaceIsLinearInTheSequence) {
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    auto bytes = [&](std::int64_t s) {
+      fa::AttentionParams p;
+      p.batch = 1;
+      p.seq_q = p.seq_kv = s;
+      p.num_heads = 4;
+      p.head_dim = 64;
+      p.causal = true;
+      return static_cast<double>(fa::fa2_backward_workspace_bytes(p, dtype, 2));
+    };
+    const double a = bytes(1024), b = bytes(2048), c = bytes(4096);
+    ASSERT_GT(a, 0.0);
+    EXPECT_DOUBLE_EQ(c - b, 2.0 * (b - a)) << fa::dtype_name(dtype);
+  }
+}
+
 // Bad calls: one line each, the right status, nothing aborts.
 TEST(Backward, RefusesBadCalls) {
   const std::int64_t B = 1, H = 2, S = 20, D = 16;

@@ -427,6 +427,12 @@ struct AttentionGrads {
 // paged K/V caches and per-sequence key counts (inference features) are
 // refused with kUnsupported.  Never aborts.
 FA_API Status fa2_backward(const AttentionParams& params, const AttentionTensors& tensors, const AttentionGrads& grads);
+// Bytes of scratch memory an fa2_backward call of `params` on `dtype` inputs
+// allocates for `threads` threads (0: the call's own count): each thread's
+// tiles, D of every row, and for bf16's pair products Q, dO, K and V packed
+// as bf16 pairs (about 2 x (Q + dO) + 2 x K + V).  Linear in the sequence
+// lengths.  0 for a call it would refuse.
+FA_API std::size_t fa2_backward_workspace_bytes(const AttentionParams& params, DType dtype, int threads);
 
 // The float64 reference of the gradients, written from the formulas (a full
 // score row at a time): dq [batch, seq_q, num_heads, head_dim], dk and dv
