@@ -138,6 +138,19 @@ ScratchLayout scratch_layout(const AttentionParams& p, const AttentionTensors& t
   return s;
 }
 
+// Whole-head items (BackwardJob::whole_heads) where every thread gets at
+// least two of them (a causal call's heads cost alike, so two a thread keep
+// them even), no dbias is asked for (its rows are shared across batch
+// entries and heads), and the group's dQ accumulators take at most 64 MiB a
+// thread.
+bool use_whole_heads(const AttentionParams& p, const BackwardJob& job, bool dbias) {
+  const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
+  const std::int64_t items = (varlen ? 1 : p.batch) * p.kv_heads();
+  const std::int64_t q_rows = (p.seq_q + job.fwd.tile_q - 1) / job.fwd.tile_q * job.fwd.tile_q;
+  const std::int64_t dq_bytes = p.num_heads / p.kv_heads() * q_rows * (p.head_dim + 31) * 4;
+  return !dbias && items >= 2 * std::int64_t(job.fwd.threads) && dq_bytes <= (std::int64_t{64} << 20);
+}
+
 int backward_threads(const AttentionParams& p) {
   int threads = p.threads > 0 ? p.threads : default_thread_count();
   if (const int cap = max_threads_from_env(); cap > 0 && cap < threads) threads = cap;
@@ -155,6 +168,7 @@ std::size_t backward_workspace_bytes(const AttentionParams& p, DType dtype, int 
   t.q.dtype = t.k.dtype = t.v.dtype = t.o.dtype = dtype;
   BackwardJob job{};
   job.fwd = forward_half(p, t, threads > 0 ? threads : backward_threads(p), isa);
+  job.whole_heads = use_whole_heads(p, job, false);
   return scratch_layout(p, t, table, job, isa).bytes();
 }
 
@@ -180,6 +194,7 @@ Status run_backward(const AttentionParams& p, const AttentionTensors& t, const A
   job.scale = p.softmax_scale();
   job.dbias = g.dbias;
   job.bias_heads = p.bias_heads > 1 ? p.bias_heads : 1;
+  job.whole_heads = use_whole_heads(p, job, g.dbias != nullptr);
 
   const bool varlen = p.cu_seqlens_q && p.cu_seqlens_kv;
   const ScratchLayout layout = scratch_layout(p, t, table, job, isa);

@@ -35,6 +35,12 @@ struct BackwardJob {
   // Pair products (bf16 on avx512bf16): Q, dO, K and V packed once as bf16
   // pairs, pair_pack_u32 of them, 64-byte aligned; null elsewhere.
   std::uint32_t* pairs;
+  // Whole-head items: one item per (batch, K/V head) gives its dK, dV and
+  // its group's dQ (five products a block); else dK and dV per K/V tile and
+  // dQ per Q tile in a pass of its own (seven).  The same bits either way;
+  // the dispatcher picks whole heads where there are enough of them to keep
+  // the threads busy and no dbias is asked for.
+  bool whole_heads;
 };
 
 struct BackwardKernelTable {

@@ -94,12 +94,21 @@ struct BackwardScratch {
   // Pair products: one block's A operand, (P∘Z)ᵀ or dS'ᵀ [tile_kv][tile_q /
   // 2] or dS' [tile_q][tile_kv / 2], as bf16 pairs.
   std::uint32_t* pairs;
+  // A whole-head item (BackwardJob::whole_heads): the dQ accumulators of its
+  // group's heads, [kv_group][q_tiles * tile_q][Dp].
+  float* dq_heads;
+
+  static std::size_t dq_heads_floats(const BackwardJob& job) {
+    if (!job.whole_heads) return 0;
+    const std::size_t q_tiles = static_cast<std::size_t>((job.fwd.seq_q + job.fwd.tile_q - 1) / job.fwd.tile_q);
+    return static_cast<std::size_t>(job.fwd.kv_group) * q_tiles * job.fwd.tile_q * padded_dim(job);
+  }
 
   static int padded_dim(const BackwardJob& job) { return round_up_to(static_cast<int>(job.fwd.head_dim), kDimStep); }
   static std::size_t floats(const BackwardJob& job) {
     const std::size_t tq = job.fwd.tile_q, tk = job.fwd.tile_kv, dp = padded_dim(job);
     return pad16(tk * dp) * 4 + pad16(tq * dp) * 5 + pad16(tk * tq) * 4 + pad16(tq) * 2 + pad16(dp > tq ? dp : tq) +
-           pad16(tk * tq / 2);
+           pad16(tk * tq / 2) + dq_heads_floats(job);
   }
   static BackwardScratch carve(const BackwardJob& job, float* f) {
     const std::size_t tq = job.fwd.tile_q, tk = job.fwd.tile_kv, dp = padded_dim(job);
@@ -111,7 +120,8 @@ struct BackwardScratch {
     w.delta = f, f += pad16(tq);
     w.ones = f, f += pad16(dp > tq ? dp : tq);
     for (std::size_t i = 0; i < (dp > tq ? dp : tq); ++i) w.ones[i] = 1.0f;
-    w.pairs = reinterpret_cast<std::uint32_t*>(f);
+    w.pairs = reinterpret_cast<std::uint32_t*>(f), f += pad16(tk * tq / 2);
+    w.dq_heads = f;
     return w;
   }
 };
@@ -413,7 +423,29 @@ inline QTile q_tile(const BackwardJob& job, std::int64_t b, std::int64_t h, std:
   return t;
 }
 
-// Pass 1: dK and dV of K/V tile `kt` of (b, hk), over its group's heads.
+// dQ += dS' K for one block (A(r, c) = dS'ᵀ[c][r]) into `dq` [tile_q][Dp].
+template <DType DT>
+inline void accumulate_dq(const BackwardJob& job, const BackwardScratch& w, const BlockOperands& ops, const QTile& t,
+                          int cols, float* dq) {
+  const int Dp = BackwardScratch::padded_dim(job), tq = job.fwd.tile_q;
+  if constexpr (kPairProducts<DT>) {
+#if defined(FA_BACKWARD_PAIRS)
+    // Keys past the tile's own, to the reduction's step: dS' 0.
+    const int keys = round_up_to(cols, kPairReduceStep), tk = job.fwd.tile_kv;
+    for (int c = cols; c < keys; ++c) std::memset(w.ds + std::int64_t(c) * tq, 0, sizeof(float) * t.lanes);
+    std::uint32_t* a = w.pairs;
+    const int m = round_up_to(t.rows, kPairRowStep);
+    pack_a_transposed(w.ds, tq, keys, m, a, tk / 2);
+    pair_gemm<true>(a, tk / 2, m, ops.kr, keys, Dp, dq, Dp);
+#endif
+  } else {
+    (void)ops;
+    gemm<true, false>(w.ds, 1, tq, t.rows, cols, w.k, Dp, Dp / Vec::W, dq, Dp, w.ones);
+  }
+}
+
+// Pass 1: dK and dV of K/V tile `kt` of (b, hk), over its group's heads;
+// for a whole-head item also each block's dQ, into w.dq_heads.
 template <DType DT>
 inline void dkdv_item(const BackwardJob& job, const ModifierJobs& mods, const BackwardScratch& w, std::int64_t b,
                       std::int64_t hk, std::int64_t kt) {
@@ -424,8 +456,7 @@ inline void dkdv_item(const BackwardJob& job, const ModifierJobs& mods, const Ba
   BlockOperands ops;
   [[maybe_unused]] const PairPacks packs = PairPacks::of(job);
   if constexpr (kPairProducts<DT>) {
-    ops.ka = packs.kv(job, b, hk, kt, 0);
-    ops.va = packs.kv(job, b, hk, kt, 1);
+    for (int i = 0; i < 3; ++i) (&ops.ka)[i] = packs.kv(job, b, hk, kt, i);
   } else {
     load_kv_rows<DT>(job, w, b, hk, j0, cols, cols);
   }
@@ -458,6 +489,11 @@ inline void dkdv_item(const BackwardJob& job, const ModifierJobs& mods, const Ba
       } else {
         gemm<true, false>(pz, tq, 1, cols, t.rows, w.dout, Dp, Dp / Vec::W, w.dv, Dp, w.ones);
         gemm<true, false>(w.ds, tq, 1, cols, t.rows, w.q, Dp, Dp / Vec::W, w.dk, Dp, w.ones);
+      }
+      if (job.whole_heads) {  // the same dS' pass 2 would recompute, summed in the same order
+        const std::int64_t q_tiles_all = (f.seq_q + tq - 1) / tq;
+        accumulate_dq<DT>(job, w, ops, t, cols,
+                          w.dq_heads + ((h - hk * f.kv_group) * q_tiles_all + qi) * std::int64_t(tq) * Dp);
       }
     }
   }
@@ -504,25 +540,36 @@ inline void dq_tile(const BackwardJob& job, const ModifierJobs& mods, const Back
       }
     }
     apply_softcap_chain(job, w, t, cols);
-    // dQ += dS' K: A(r, c) = dS'ᵀ[c][r].
-    if constexpr (kPairProducts<DT>) {
-#if defined(FA_BACKWARD_PAIRS)
-      // Keys past the tile's own, to the reduction's step: dS' 0.
-      const int keys = round_up_to(cols, kPairReduceStep);
-      for (int c = cols; c < keys; ++c) std::memset(w.ds + std::int64_t(c) * tq, 0, sizeof(float) * t.lanes);
-      std::uint32_t* a = w.pairs;
-      const int m = round_up_to(t.rows, kPairRowStep);
-      pack_a_transposed(w.ds, tq, keys, m, a, tk / 2);
-      pair_gemm<true>(a, tk / 2, m, ops.kr, keys, Dp, w.dq, Dp);
-#endif
-    } else {
-      gemm<true, false>(w.ds, 1, tq, t.rows, cols, w.k, Dp, Dp / Vec::W, w.dq, Dp, w.ones);
-    }
+    accumulate_dq<DT>(job, w, ops, t, cols, w.dq);
   }
   const std::size_t es = dtype_size(job.grad_dtype[0]);
   char* out = static_cast<char*>(job.grad[0]) +
               (b * job.grad_strides[0][0] + h * job.grad_strides[0][1] + t.i0 * job.grad_strides[0][2]) * es;
   store_rows(out, job.grad_dtype[0], job.grad_strides[0][2], t.rows, D, Dp, w.dq, job.scale);
+}
+
+// A whole-head item: every K/V tile of (b, hk) in order (pass 1's items),
+// each block's dQ summed as it goes, then the group's dQ written.  Five
+// products a block where passes 1 and 2 take seven, and the same sums in
+// the same order, so the same bits.
+template <DType DT>
+inline void whole_head_item(const BackwardJob& job, const ModifierJobs& mods, const BackwardScratch& w, std::int64_t b,
+                            std::int64_t hk) {
+  const detail::AttentionJob& f = job.fwd;
+  const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job), tq = f.tile_q;
+  const std::int64_t q_tiles = (f.seq_q + tq - 1) / tq, kv_tiles = (f.seq_kv + f.tile_kv - 1) / f.tile_kv;
+  std::memset(w.dq_heads, 0, sizeof(float) * BackwardScratch::dq_heads_floats(job));
+  for (std::int64_t kt = 0; kt < kv_tiles; ++kt) dkdv_item<DT>(job, mods, w, b, hk, kt);
+  const std::size_t es = dtype_size(job.grad_dtype[0]);
+  for (std::int64_t h = hk * f.kv_group; h < (hk + 1) * f.kv_group; ++h) {
+    for (std::int64_t qi = 0; qi < q_tiles; ++qi) {
+      const QTile t = q_tile<DT>(job, b, h, qi);
+      char* out = static_cast<char*>(job.grad[0]) +
+                  (b * job.grad_strides[0][0] + h * job.grad_strides[0][1] + t.i0 * job.grad_strides[0][2]) * es;
+      store_rows(out, job.grad_dtype[0], job.grad_strides[0][2], t.rows, D, Dp,
+                 w.dq_heads + ((h - hk * f.kv_group) * q_tiles + qi) * std::int64_t(tq) * Dp, job.scale);
+    }
+  }
 }
 
 #if defined(FA_BACKWARD_PAIRS)
@@ -588,6 +635,13 @@ inline void run_backward_typed(const BackwardJob& job) {
 #endif
 
   const std::int64_t kv_tiles = (f.seq_kv + f.tile_kv - 1) / f.tile_kv, kv_heads = f.heads / f.kv_group;
+  if (job.whole_heads) {
+    pool.parallel_for(f.batch * kv_heads, f.threads, [&](std::int64_t item, int worker) {
+      const ProductUnit<DT> unit;
+      whole_head_item<DT>(job, mods, scratch(worker), item / kv_heads, item % kv_heads);
+    });
+    return;
+  }
   pool.parallel_for(f.batch * kv_heads * kv_tiles, f.threads, [&](std::int64_t item, int worker) {
     const ProductUnit<DT> unit;
     const std::int64_t kt = item % kv_tiles, bhk = item / kv_tiles;
