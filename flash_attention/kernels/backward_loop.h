@@ -401,8 +401,12 @@ inline void delta_item(const BackwardJob& job, std::int64_t bh) {
     const char* o = static_cast<const char*>(f.o) + (b * f.o_strides[0] + h * f.o_strides[1] + i * f.o_strides[2]) * es;
     const char* g = static_cast<const char*>(job.dout) +
                     (b * job.dout_strides[0] + h * job.dout_strides[1] + i * job.dout_strides[2]) * es;
-    float sum = 0.0f;
-    for (int d = 0; d < D; ++d) sum += load_scalar<DT>(o, d) * load_scalar<DT>(g, d);
+    // Whole vectors of dims, then the rest (head_dim is a multiple of 8).
+    typename Vec::T acc = Vec::zero();
+    int d = 0;
+    for (; d + Vec::W <= D; d += Vec::W) acc = Vec::fmadd(load_vec<DT>(o, d), load_vec<DT>(g, d), acc);
+    float sum = Vec::reduce_add(acc);
+    for (; d < D; ++d) sum += load_scalar<DT>(o, d) * load_scalar<DT>(g, d);
     delta[i] = sum;
     if (job.sink_parts) {
       const float lse = f.lse[b * f.lse_strides[0] + h * f.lse_strides[1] + i];
