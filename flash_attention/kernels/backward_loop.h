@@ -1,23 +1,28 @@
-// FlashAttention-2's backward pass on one path's vector unit: P recomputed
-// tile by tile from the forward's log-sum-exp, every product on the FMA
-// microkernel (microkernel.h), the masks and score modifiers the forward's
-// own (tile_mask.h, score_modifiers.h), so the P the backward differentiates
-// is the forward's.  Three parallel loops, each item owning what it writes:
+// FlashAttention-2's backward pass on one path: P recomputed tile by tile
+// from the forward's log-sum-exp, with the forward's own masks and score
+// modifiers (tile_mask.h, score_modifiers.h), so the P the backward
+// differentiates is the forward's.  Parallel loops, each item owning what it
+// writes:
 //   pass 0, item (batch, head):       D_i = dO_i · O_i, and the sinks' partials;
-//   pass 1, item (batch, K/V head,    dV = Σ (P∘Z)ᵀ dO and dK = scale Σ dS'ᵀ Q
-//           K/V tile):                over the group's query heads and Q tiles;
-//   pass 2, item (batch, head,        dQ = scale Σ dS' K over the K/V tiles
+//   whole heads, item (batch,         every K/V tile in order: dV = Σ (P∘Z)ᵀ dO,
+//           K/V head):                dK = scale Σ dS'ᵀ Q, and each block's
+//                                     scale · dS' K into the group's dQ;
+//   or pass 1, item (batch, K/V       dV and dK of one K/V tile over the
+//           head, K/V tile):          group's query heads and Q tiles,
+//   and pass 2, item (batch, head,    dQ = scale Σ dS' K over the K/V tiles
 //           Q tile):                  (with dbias: item (bias head, Q tile),
 //                                     every batch entry and sharing head in turn).
 // dS = P ∘ (Z ∘ dP − D) with dP = dO Vᵀ (Z: the dropout factors), dS' = dS
-// through softcap's tanh.  Pass 2 recomputes P and dP rather than sharing
-// dQ between pass 1's items: no item writes another's rows, so the result
-// does not depend on the thread count or the order items run in
+// through softcap's tanh.  Whole heads take five products a block; the
+// split passes seven (pass 2 recomputes S and dP) but many more items, for
+// few heads on many threads.  Both sum the same blocks in the same order
+// with the same code: the same bits whatever the thread count or the scheme
 // (docs/DESIGN.md, "The backward pass").
 //
-// The products run on the path's FMA microkernel, or for bf16 inputs on
-// the avx512bf16 path as VDPBF16PS pair dot products (backward_pairs.h),
-// whose operands a packing pass lays out once per call.
+// The products run on the path's FMA microkernel (microkernel.h), or for
+// bf16 inputs as bf16 pair products (backward_pairs.h: VDPBF16PS on
+// avx512bf16, TDPBF16PS tiles on amx), whose operands a packing pass lays
+// out once per call.
 //
 // Compiled inside the path's namespace, after its vec_<isa>.h.
 #pragma once
