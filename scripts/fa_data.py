@@ -233,6 +233,19 @@ def to_bnsd(x, batch, seq, heads, head_dim, layout):
     return x.reshape(batch, seq, heads, head_dim).transpose(0, 2, 1, 3)
 
 
+def probabilities(qh, kh, mask, scale):
+    """One head's softmax(scale q k^T + mask) in float64 ([Sq, Skv]); a row
+    with nothing to attend is 0."""
+    s = (qh @ kh.T) * scale
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    m = s.max(axis=1, keepdims=True)
+    alive = np.isfinite(m)
+    p = np.exp(s - np.where(alive, m, 0.0))
+    denom = p.sum(axis=1, keepdims=True)
+    return np.where(alive, p / np.where(denom > 0, denom, 1.0), 0.0)
+
+
 def reference_attention(q, k, v, mask=None, scale=None):
     """float64 softmax(scale Q K^T + mask) V.
 
@@ -247,15 +260,7 @@ def reference_attention(q, k, v, mask=None, scale=None):
     out = np.zeros_like(q, dtype=np.float64)
     for b in range(batch):
         for h in range(heads):
-            s = (q[b, h] @ k[b, h // group].T) * scale
-            if mask is not None:
-                s = np.where(mask, s, -np.inf)
-            m = s.max(axis=1, keepdims=True)
-            alive = np.isfinite(m)
-            p = np.exp(s - np.where(alive, m, 0.0))
-            denom = p.sum(axis=1, keepdims=True)
-            p = np.where(alive, p / np.where(denom > 0, denom, 1.0), 0.0)
-            out[b, h] = p @ v[b, h // group]
+            out[b, h] = probabilities(q[b, h], k[b, h // group], mask, scale) @ v[b, h // group]
     return out
 
 
@@ -274,14 +279,7 @@ def reference_attention_backward(q, k, v, dout, mask=None, scale=None):
     for b in range(batch):
         for h in range(heads):
             kh, vh = k[b, h // group], v[b, h // group]
-            s = (q[b, h] @ kh.T) * scale
-            if mask is not None:
-                s = np.where(mask, s, -np.inf)
-            m = s.max(axis=1, keepdims=True)
-            alive = np.isfinite(m)
-            p = np.exp(s - np.where(alive, m, 0.0))
-            denom = p.sum(axis=1, keepdims=True)
-            p = np.where(alive, p / np.where(denom > 0, denom, 1.0), 0.0)
+            p = probabilities(q[b, h], kh, mask, scale)
             o = p @ vh
             dp = dout[b, h] @ vh.T
             ds = p * (dp - np.sum(dout[b, h] * o, axis=1, keepdims=True))

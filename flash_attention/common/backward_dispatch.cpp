@@ -11,6 +11,7 @@
 #include "../kernels/backward_job.h"
 #include "backward_checks.h"
 #include "backward_dispatch.h"
+#include "forward_dispatch.h"
 #include "flash_attention/flash_attention.h"
 #include "workspace_cache.h"
 
@@ -79,7 +80,6 @@ AttentionJob forward_half(const AttentionParams& p, const AttentionTensors& t, i
   f.lse = t.lse;
   f.lse_strides[0] = p.num_heads * p.seq_q;
   f.lse_strides[1] = p.seq_q;
-  f.mask = p.mask;
   f.dtype = f.kv_dtype = f.o_dtype = t.q.dtype;
   f.batch = p.batch;
   f.seq_q = p.seq_q;
@@ -93,14 +93,7 @@ AttentionJob forward_half(const AttentionParams& p, const AttentionTensors& t, i
     f.v_strides[a] = t.v.strides[a];
     f.o_strides[a] = t.o.strides[a];
   }
-  f.scale_log2 = p.softmax_scale() * 1.4426950408889634f;
-  f.window = key_window(p);
-  f.sinks = p.sinks;
-  f.softcap_log2 = p.softcap * 1.4426950408889634f;
-  f.alibi_slopes = p.alibi_slopes;
-  f.bias = p.bias;
-  f.bias_head_stride = p.bias && p.bias_heads > 1 ? p.seq_q * p.seq_kv : 0;
-  f.dropout = dropout_of(p);
+  set_score_fields(p, &f);
   const int least = isa == Isa::kAmx && t.q.dtype == DType::kBF16 ? 32 : 16;
   f.tile_q = backward_tile(p.tile_q, least);
   f.tile_kv = backward_tile(p.tile_kv, least);

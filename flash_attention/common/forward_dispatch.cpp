@@ -296,6 +296,18 @@ Status version_table(Version version, Isa isa, const KernelTable** table) {
 
 }  // namespace
 
+void set_score_fields(const AttentionParams& p, AttentionJob* job) {
+  job->mask = p.mask;
+  job->scale_log2 = p.softmax_scale() * 1.4426950408889634f;
+  job->window = key_window(p);
+  job->sinks = p.sinks;
+  job->softcap_log2 = p.softcap * 1.4426950408889634f;
+  job->alibi_slopes = p.alibi_slopes;
+  job->bias = p.bias;
+  job->bias_head_stride = p.bias && p.bias_heads > 1 ? p.seq_q * p.seq_kv : 0;
+  job->dropout = dropout_of(p);
+}
+
 std::size_t forward_workspace_bytes(Version version, const AttentionParams& p, DType dtype, int threads) {
   Isa isa = Isa::kGeneric;
   const KernelTable* table = nullptr;
@@ -363,7 +375,6 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
   job.lse = t.lse;
   job.lse_strides[0] = p.num_heads * p.seq_q;
   job.lse_strides[1] = p.seq_q;
-  job.mask = p.mask;
   for (int a = 0; a < 3; ++a) {
     job.q_strides[a] = t.q.strides[a];
     job.k_strides[a] = t.k.strides[a];
@@ -377,14 +388,7 @@ Status run_forward(Version version, const AttentionParams& p, const AttentionTen
     job.k_strides[0] = job.v_strides[0] = 0;
     job.kv_scale_strides[0][0] = job.kv_scale_strides[1][0] = 0;
   }
-  job.scale_log2 = p.softmax_scale() * 1.4426950408889634f;
-  job.window = key_window(p);
-  job.sinks = p.sinks;
-  job.softcap_log2 = p.softcap * 1.4426950408889634f;
-  job.alibi_slopes = p.alibi_slopes;
-  job.bias = p.bias;
-  job.bias_head_stride = p.bias && p.bias_heads > 1 ? p.seq_q * p.seq_kv : 0;
-  job.dropout = dropout_of(p);
+  set_score_fields(p, &job);
   job.scratch = scratch;
   job.per_thread_floats = per_thread;
   job.partial_o = tiles.num_splits > 1 ? scratch + scratch_floats : nullptr;

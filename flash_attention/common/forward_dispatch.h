@@ -12,6 +12,12 @@ namespace fa::detail {
 // which must be `version`'s.
 Status run_forward(Version version, const AttentionParams& params, const AttentionTensors& tensors);
 
+struct AttentionJob;
+// What a call's scores are, into a job: the explicit mask, the scale (log2
+// units), the key window, sinks, softcap, ALiBi, the bias and dropout; the
+// forward's loops and the backward read them alike.
+void set_score_fields(const AttentionParams& params, AttentionJob* job);
+
 // The bytes of workspace run_forward would take for `threads` threads.
 std::size_t forward_workspace_bytes(Version version, const AttentionParams& params, DType dtype, int threads);
 

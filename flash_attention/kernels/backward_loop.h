@@ -76,14 +76,14 @@ inline int lane_step() {
 }
 
 // One thread's scratch.  Rows of Q, dO, K, V and the accumulators are Dp =
-// head_dim rounded up to the vector width (zero columns beyond head_dim);
+// head_dim rounded up to kDimStep (zero columns beyond head_dim);
 // tile-by-tile buffers are Sᵀ-shaped, [K/V tile row][Q tile lane], like the
 // forward's, so its mask and modifiers apply to them as they are.
 struct BackwardScratch {
   float* k;      // [tile_kv][Dp]  K tile
   float* v;      // [tile_kv][Dp]  V tile
-  float* dk;     // [tile_kv][Dp]  pass 1: dK accumulator (without the scale)
-  float* dv;     // [tile_kv][Dp]  pass 1: dV accumulator
+  float* dk;     // [tile_kv][Dp]  a K/V tile's dK accumulator (without the scale)
+  float* dv;     // [tile_kv][Dp]  a K/V tile's dV accumulator
   float* q;      // [tile_q][Dp]   Q tile
   float* dout;   // [tile_q][Dp]   dO tile
   float* dq;     // [tile_q][Dp]   pass 2: dQ accumulator (without the scale)
@@ -646,13 +646,13 @@ inline void run_backward_typed(const BackwardJob& job) {
   const std::int64_t kv_tiles = (f.seq_kv + f.tile_kv - 1) / f.tile_kv, kv_heads = f.heads / f.kv_group;
   if (job.whole_heads) {
     pool.parallel_for(f.batch * kv_heads, f.threads, [&](std::int64_t item, int worker) {
-      const ProductUnit<DT> unit;
+      [[maybe_unused]] const ProductUnit<DT> unit;
       whole_head_item<DT>(job, mods, scratch(worker), item / kv_heads, item % kv_heads);
     });
     return;
   }
   pool.parallel_for(f.batch * kv_heads * kv_tiles, f.threads, [&](std::int64_t item, int worker) {
-    const ProductUnit<DT> unit;
+    [[maybe_unused]] const ProductUnit<DT> unit;
     const std::int64_t kt = item % kv_tiles, bhk = item / kv_tiles;
     dkdv_item<DT>(job, mods, scratch(worker), bhk / kv_heads, bhk % kv_heads, kt);
   });
@@ -660,7 +660,7 @@ inline void run_backward_typed(const BackwardJob& job) {
   const std::int64_t q_tiles = (f.seq_q + f.tile_q - 1) / f.tile_q;
   if (!job.dbias) {
     pool.parallel_for(bh_count * q_tiles, f.threads, [&](std::int64_t item, int worker) {
-      const ProductUnit<DT> unit;
+      [[maybe_unused]] const ProductUnit<DT> unit;
       const std::int64_t bh = item / q_tiles;
       dq_tile<DT>(job, mods, scratch(worker), bh / f.heads, bh % f.heads, item % q_tiles);
     });
@@ -669,7 +669,7 @@ inline void run_backward_typed(const BackwardJob& job) {
   // With dbias, an item owns its bias head's rows of one Q tile: it clears
   // them, then adds every (batch, head) that reads them, in a fixed order.
   pool.parallel_for(job.bias_heads * q_tiles, f.threads, [&](std::int64_t item, int worker) {
-    const ProductUnit<DT> unit;
+    [[maybe_unused]] const ProductUnit<DT> unit;
     const std::int64_t hb = item / q_tiles, qi = item % q_tiles;
     const std::int64_t i0 = qi * f.tile_q, rows = f.seq_q - i0 < f.tile_q ? f.seq_q - i0 : f.tile_q;
     std::memset(job.dbias + (hb * f.seq_q + i0) * f.seq_kv, 0, sizeof(float) * rows * f.seq_kv);
