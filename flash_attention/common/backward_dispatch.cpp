@@ -80,13 +80,7 @@ AttentionJob forward_half(const AttentionParams& p, const AttentionTensors& t, i
   f.lse = t.lse;
   f.lse_strides[0] = p.num_heads * p.seq_q;
   f.lse_strides[1] = p.seq_q;
-  f.dtype = f.kv_dtype = f.o_dtype = t.q.dtype;
-  f.batch = p.batch;
-  f.seq_q = p.seq_q;
-  f.seq_kv = p.seq_kv;
-  f.heads = p.num_heads;
-  f.kv_group = p.num_heads / p.kv_heads();
-  f.head_dim = p.head_dim;
+  set_shape_fields(p, t.q.dtype, &f);
   for (int a = 0; a < 3; ++a) {
     f.q_strides[a] = t.q.strides[a];
     f.k_strides[a] = t.k.strides[a];

@@ -252,14 +252,7 @@ Status profile_out_of_memory(Version version) {
 // zero: run_forward fills in the tensors and options.
 AttentionJob planned_job(const AttentionParams& p, DType dtype, const Plan& plan, const TilePlan& tiles) {
   AttentionJob job{};
-  job.dtype = dtype;
-  job.kv_dtype = dtype;  // run_forward sets a quantized cache's
-  job.batch = p.batch;
-  job.seq_q = p.seq_q;
-  job.seq_kv = p.seq_kv;
-  job.heads = p.num_heads;
-  job.kv_group = p.num_heads / p.kv_heads();
-  job.head_dim = p.head_dim;
+  set_shape_fields(p, dtype, &job);  // (run_forward sets a quantized cache's kv_dtype)
   job.tile_q = plan.tile_q;
   job.tile_kv = plan.tile_kv;
   job.threads = plan.threads;
@@ -295,6 +288,16 @@ Status version_table(Version version, Isa isa, const KernelTable** table) {
 }
 
 }  // namespace
+
+void set_shape_fields(const AttentionParams& p, DType dtype, AttentionJob* job) {
+  job->dtype = job->kv_dtype = job->o_dtype = dtype;
+  job->batch = p.batch;
+  job->seq_q = p.seq_q;
+  job->seq_kv = p.seq_kv;
+  job->heads = p.num_heads;
+  job->kv_group = p.num_heads / p.kv_heads();
+  job->head_dim = p.head_dim;
+}
 
 void set_score_fields(const AttentionParams& p, AttentionJob* job) {
   job->mask = p.mask;

@@ -13,6 +13,9 @@ namespace fa::detail {
 Status run_forward(Version version, const AttentionParams& params, const AttentionTensors& tensors);
 
 struct AttentionJob;
+// A call's shape into a job: dtype (Q's, K/V's and O's alike), batch,
+// sequence lengths, heads, the GQA group, head_dim.
+void set_shape_fields(const AttentionParams& params, DType dtype, AttentionJob* job);
 // What a call's scores are, into a job: the explicit mask, the scale (log2
 // units), the key window, sinks, softcap, ALiBi, the bias and dropout; the
 // forward's loops and the backward read them alike.
