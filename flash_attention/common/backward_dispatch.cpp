@@ -61,14 +61,27 @@ const BackwardKernelTable* backward_kernel_table(Isa isa) {
 namespace {
 
 // The backward's tiles: the call's explicit tile_q / tile_kv (validated as
-// the forward's: powers of two from 16 to 512), else 64 x 64.  A 64 x 64
-// block's working set at head_dim 128 (K, V, dK, dV, Q, dO, dQ and the
-// transposes, four score-shaped buffers) is about 360 KiB, inside the L2 of
-// the CPUs this library targets.
+// the forward's: powers of two from 16 to 512), else 64 keys, and 64 query
+// rows, or 128 from 1024 query rows on.  A 64 x 64 block's working set at
+// head_dim 128 (K, V, dK, dV, Q, dO, dQ and the transposes, four
+// score-shaped buffers) is about 360 KiB, inside the L2 of the CPUs this
+// library targets.  128-row Q tiles give the bf16 pair products 8 x 3
+// register blocks where 64 lanes take 8 x 2, and dK and dV twice the
+// reduction per accumulator load: 2-3% at 1024-4096 rows on Zen 4 (docs/PERF.md),
+// while at 512 rows (the guide's shape, causal) the diagonal blocks' waste
+// outweighs it.
 // On the amx path bf16's products step 32 keys and query rows at a time
 // (16 pairs of a tile), so its tiles are at least 32.
-constexpr int kBackwardTile = 64;
-int backward_tile(int asked, int least) { return std::max(asked > 0 ? asked : kBackwardTile, least); }
+int backward_tile(int asked, int fallback, int least) { return std::max(asked > 0 ? asked : fallback, least); }
+
+// A variable-length call's sequence, with the tiles the call's job chose
+// (the scratch is sized for them).
+AttentionParams sequence_job_params(const AttentionParams& p, std::int64_t b, const AttentionJob& call) {
+  AttentionParams sp = sequence_params(p, b);
+  sp.tile_q = call.tile_q;
+  sp.tile_kv = call.tile_kv;
+  return sp;
+}
 
 // The job's forward half: what the forward loop's job would hold.
 AttentionJob forward_half(const AttentionParams& p, const AttentionTensors& t, int threads, Isa isa) {
@@ -89,8 +102,8 @@ AttentionJob forward_half(const AttentionParams& p, const AttentionTensors& t, i
   }
   set_score_fields(p, &f);
   const int least = isa == Isa::kAmx && t.q.dtype == DType::kBF16 ? 32 : 16;
-  f.tile_q = backward_tile(p.tile_q, least);
-  f.tile_kv = backward_tile(p.tile_kv, least);
+  f.tile_q = backward_tile(p.tile_q, p.seq_q >= 1024 ? 128 : 64, least);
+  f.tile_kv = backward_tile(p.tile_kv, 64, least);
   f.threads = threads;
   return f;
 }
@@ -117,7 +130,7 @@ ScratchLayout scratch_layout(const AttentionParams& p, const AttentionTensors& t
   } else {
     for (std::int64_t b = 0; b < p.batch; ++b) {
       BackwardJob sj = job;
-      sj.fwd = forward_half(sequence_params(p, b), t, job.fwd.threads, isa);
+      sj.fwd = forward_half(sequence_job_params(p, b, job.fwd), t, job.fwd.threads, isa);
       s.pairs = std::max(s.pairs, table->pair_pack_u32(sj));
     }
   }
@@ -205,7 +218,7 @@ Status run_backward(const AttentionParams& p, const AttentionTensors& t, const A
     // total, head_dim]; the LSE [1, heads, total]), in order.
     const std::size_t es = dtype_size(t.q.dtype);
     for (std::int64_t b = 0; b < p.batch; ++b) {
-      const AttentionParams sp = sequence_params(p, b);
+      const AttentionParams sp = sequence_job_params(p, b, job.fwd);
       if (g.dsinks) {  // a sequence without rows or keys takes no part
         for (std::int64_t h = 0; h < p.num_heads; ++h) sink_parts[b * p.num_heads + h] = 0.0f;
       }

@@ -96,11 +96,15 @@ struct BackwardScratch {
   float* lse2;   // [tile_q] the rows' LSE in log2 units (+inf: the row attends nothing)
   float* delta;  // [tile_q] the rows' D_i
   float* ones;   // [max(Dp, tile_q)] the accumulating products' column scale
-  // Pair products: one block's A operand, (P∘Z)ᵀ or dS'ᵀ [tile_kv][tile_q /
-  // 2] or dS' [tile_q][tile_kv / 2], as bf16 pairs.
+  // Pair products: one block's packed operands as bf16 pairs: the A
+  // operands (P∘Z)ᵀ (`pairs`) and dS'ᵀ (`ds_pairs`), [tile_kv][tile_q / 2],
+  // and the B operand dS'ᵀ of dQᵀ (`dsb_pairs`), [tile_q / 16][tile_kv / 2][16].
   std::uint32_t* pairs;
+  std::uint32_t* ds_pairs;
+  std::uint32_t* dsb_pairs;
   // A whole-head item (BackwardJob::whole_heads): the dQ accumulators of its
-  // group's heads, [kv_group][q_tiles * tile_q][Dp].
+  // group's heads, [kv_group][q_tiles] of accumulate_dq's [tile_q][Dp] (FMA
+  // products) or [Dp][tile_q] (pair products).
   float* dq_heads;
 
   static std::size_t dq_heads_floats(const BackwardJob& job) {
@@ -113,7 +117,7 @@ struct BackwardScratch {
   static std::size_t floats(const BackwardJob& job) {
     const std::size_t tq = job.fwd.tile_q, tk = job.fwd.tile_kv, dp = padded_dim(job);
     return pad16(tk * dp) * 4 + pad16(tq * dp) * 5 + pad16(tk * tq) * 4 + pad16(tq) * 2 + pad16(dp > tq ? dp : tq) +
-           pad16(tk * tq / 2) + dq_heads_floats(job);
+           pad16(tk * tq / 2) * 3 + dq_heads_floats(job);
   }
   static BackwardScratch carve(const BackwardJob& job, float* f) {
     const std::size_t tq = job.fwd.tile_q, tk = job.fwd.tile_kv, dp = padded_dim(job);
@@ -125,7 +129,7 @@ struct BackwardScratch {
     w.delta = f, f += pad16(tq);
     w.ones = f, f += pad16(dp > tq ? dp : tq);
     for (std::size_t i = 0; i < (dp > tq ? dp : tq); ++i) w.ones[i] = 1.0f;
-    w.pairs = reinterpret_cast<std::uint32_t*>(f), f += pad16(tk * tq / 2);
+    for (std::uint32_t** b : {&w.pairs, &w.ds_pairs, &w.dsb_pairs}) *b = reinterpret_cast<std::uint32_t*>(f), f += pad16(tk * tq / 2);
     w.dq_heads = f;
     return w;
   }
@@ -135,7 +139,7 @@ inline std::size_t backward_workspace_floats(const BackwardJob& job) { return Ba
 
 // The call's operands packed as bf16 pairs (pair products only), in the
 // job's `pairs` buffer: every Q tile's qb, dob, qr and dor (tile_q x Dp / 2
-// pairs each) of each (batch, head), then every K/V tile's ka, va and kr
+// pairs each) of each (batch, head), then every K/V tile's ka, va and kt
 // (tile_kv x Dp / 2 each) of each (batch, K/V head).
 struct PairPacks {
   std::uint32_t* base;
@@ -160,7 +164,7 @@ struct PairPacks {
   std::uint32_t* q(const BackwardJob& job, std::int64_t b, std::int64_t h, std::int64_t qi, int i) const {
     return base + ((b * job.fwd.heads + h) * q_tiles + qi) * 4 * q_part + i * q_part;
   }
-  // Part i (ka, va, kr) of K/V tile kt of (b, hk).
+  // Part i (ka, va, kt) of K/V tile kt of (b, hk).
   std::uint32_t* kv(const BackwardJob& job, std::int64_t b, std::int64_t hk, std::int64_t kt, int i) const {
     const std::int64_t kv_heads = job.fwd.heads / job.fwd.kv_group;
     return base + q_side + ((b * kv_heads + hk) * kv_tiles + kt) * 3 * kv_part + i * kv_part;
@@ -298,9 +302,9 @@ struct BlockOperands {
   const std::uint32_t* dob = nullptr;
   const std::uint32_t* qr = nullptr;
   const std::uint32_t* dor = nullptr;
-  const std::uint32_t* ka = nullptr;  // K/V tile: ka, va, kr
+  const std::uint32_t* ka = nullptr;  // K/V tile: ka, va, kt
   const std::uint32_t* va = nullptr;
-  const std::uint32_t* kr = nullptr;
+  const std::uint32_t* kt = nullptr;
 };
 
 // Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, raw, into w.p and w.ds (`which`: 0, 1).
@@ -320,6 +324,17 @@ inline void block_scores(const BackwardJob& job, const BackwardScratch& w, const
   }
 }
 
+// Sᵀ (w.p) times the head's score scale, into log2 units.
+inline void scale_scores(const BackwardJob& job, const BackwardScratch& w, const QTile& t, int cols) {
+  const typename Vec::T scale = Vec::set1(score_scale(job.fwd, t.h));
+  for (int c = 0; c < cols; ++c) {
+    for (int r = 0; r < t.lanes; r += Vec::W) {
+      float* s = w.p + std::int64_t(c) * job.fwd.tile_q + r;
+      Vec::store(s, Vec::mul(Vec::load(s), scale));
+    }
+  }
+}
+
 // One (Q tile, K/V tile) block: Pᵀ (w.p), (P ∘ Z)ᵀ (returned: w.pz under
 // dropout, else w.p) and dSᵀ in natural units (w.ds), from the loaded Q,
 // dO, K and V.  With softcap, w.cap holds 1 - tanh².
@@ -330,13 +345,7 @@ inline const float* block_gradients(const BackwardJob& job, const ModifierJobs& 
   const int tq = f.tile_q;
   // Sᵀ = K Qᵀ, scaled into log2 units with its modifiers, masked.
   block_scores<DT>(job, w, ops, t, cols, 0);
-  const typename Vec::T scale = Vec::set1(score_scale(f, t.h));
-  for (int c = 0; c < cols; ++c) {
-    for (int r = 0; r < t.lanes; r += Vec::W) {
-      float* s = w.p + std::int64_t(c) * tq + r;
-      Vec::store(s, Vec::mul(Vec::load(s), scale));
-    }
-  }
+  scale_scores(job, w, t, cols);
   if (f.softcap_log2 > 0.0f) {
     modify_scores(mods.softcap, t.h, t.i0, t.lanes, j0, cols, w.p, tq, 1);
     const typename Vec::T inv = Vec::set1(1.0f / f.softcap_log2), one = Vec::set1(1.0f);
@@ -432,25 +441,136 @@ inline QTile q_tile(const BackwardJob& job, std::int64_t b, std::int64_t h, std:
   return t;
 }
 
-// dQ += dS' K for one block (A(r, c) = dS'ᵀ[c][r]) into `dq` [tile_q][Dp].
+#if defined(FA_BACKWARD_PAIRS)
+// Whether a block's pair operands come from one fused pass over Sᵀ and dPᵀ
+// (fused_block_pairs): not under dropout, softcap, ALiBi, the bias or
+// dbias, whose own passes read and write the fp32 tiles in between.
+inline bool fused_pair_block(const BackwardJob& job) {
+  const detail::AttentionJob& f = job.fwd;
+  return !f.dropout.active && f.softcap_log2 <= 0.0f && !f.alibi_slopes && !f.bias && !job.dbias;
+}
+
+// A block's pair operands from fp32 (P∘Z)ᵀ (`pz`) and dS'ᵀ (w.ds): with
+// kRows dV's and dK's A operands (w.pairs, w.ds_pairs: rows are keys, zero
+// past the tile's), with kDq dQᵀ's B operand (w.dsb_pairs, zero past the
+// tile's keys to the reduction's step).
+template <bool kRows, bool kDq>
+inline void pack_block_pairs(const BackwardJob& job, const BackwardScratch& w, const QTile& t, int cols, const float* pz) {
+  const int tq = job.fwd.tile_q;
+  if constexpr (kRows) {
+    const int m = round_up_to(cols, kPairRowStep);
+    pack_a_rows(pz, tq, cols, m, t.lanes, w.pairs, tq / 2);
+    pack_a_rows(w.ds, tq, cols, m, t.lanes, w.ds_pairs, tq / 2);
+  }
+  if constexpr (kDq) {
+    const int keys = round_up_to(cols, kPairReduceStep);
+    for (int c = cols; c < keys; ++c) std::memset(w.ds + std::int64_t(c) * tq, 0, sizeof(float) * t.lanes);
+    pack_b_pairs(w.ds, tq, keys, t.lanes, w.dsb_pairs);
+  }
+}
+
+// The same operands in one pass from raw Sᵀ (w.p; `scale` takes it to log2
+// units, or is 1 where w.p holds the scaled and masked scores) and dPᵀ
+// (w.ds), without the fp32 Pᵀ and dSᵀ written and read back between
+// passes: Pᵀ = 2^(s - lse), dSᵀ = Pᵀ ∘ dPᵀ − Pᵀ ∘ D, with the
+// operations of block_gradients, so the same bits as its passes and
+// pack_block_pairs.
+template <bool kRows, bool kDq>
+inline void fused_block_pairs(const BackwardJob& job, const BackwardScratch& w, const QTile& t, int cols, float scale) {
+  const int tq = job.fwd.tile_q;
+  const int m = round_up_to(cols, kPairRowStep), keys = kDq ? round_up_to(cols, kPairReduceStep) : m;
+  const typename Vec::T sc = Vec::set1(scale);
+  auto* p_rows = reinterpret_cast<std::uint16_t*>(w.pairs);  // bf16 [key][tq]
+  auto* ds_rows = reinterpret_cast<std::uint16_t*>(w.ds_pairs);
+  const __m256i zero = _mm256_setzero_si256();
+  for (int r = 0; r < t.lanes; r += Vec::W) {
+    const typename Vec::T lse = Vec::load(w.lse2 + r), d = Vec::load(w.delta + r);
+    std::uint32_t* dsb = w.dsb_pairs + std::int64_t(r / 16) * (keys / 2) * 16;
+    for (int c = 0; c < keys; c += 2) {
+      __m256i ds_h[2];
+      for (int e = 0; e < 2; ++e) {
+        const int key = c + e;
+        const std::int64_t at = std::int64_t(key) * tq + r;
+        if (key < cols) {
+          const typename Vec::T p = Vec::exp2(Vec::sub(Vec::mul(Vec::load(w.p + at), sc), lse));
+          const typename Vec::T ds = Vec::sub(Vec::mul(p, Vec::load(w.ds + at)), Vec::mul(p, d));
+          ds_h[e] = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(ds));
+          if constexpr (kRows) {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(p_rows + at), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p)));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(ds_rows + at), ds_h[e]);
+          }
+        } else {
+          ds_h[e] = zero;
+          if (kRows && key < m) {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(p_rows + at), zero);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(ds_rows + at), zero);
+          }
+        }
+      }
+      if constexpr (kDq) {
+        _mm512_storeu_si512(dsb + (c / 2) * 16, _mm512_or_si512(_mm512_cvtepu16_epi32(ds_h[0]),
+                                                                _mm512_slli_epi32(_mm512_cvtepu16_epi32(ds_h[1]), 16)));
+      }
+    }
+  }
+}
+
+// One block's pair operands (pack_block_pairs' kRows and kDq), fused where
+// fused_pair_block allows.
+template <DType DT, bool kRows, bool kDq>
+inline void block_pair_operands(const BackwardJob& job, const ModifierJobs& mods, const BackwardScratch& w,
+                                const BlockOperands& ops, const QTile& t, std::int64_t j0, int cols) {
+  const detail::AttentionJob& f = job.fwd;
+  if (!fused_pair_block(job)) {
+    const float* pz = block_gradients<DT>(job, mods, w, ops, t, j0, cols);
+    apply_softcap_chain(job, w, t, cols);
+    pack_block_pairs<kRows, kDq>(job, w, t, cols, pz);
+    return;
+  }
+  block_scores<DT>(job, w, ops, t, cols, 0);
+  block_scores<DT>(job, w, ops, t, cols, 1);
+  float scale = score_scale(f, t.h);
+  if (f.mask || tile_crosses_window(f, t.i0, t.rows, j0, cols)) {  // masked in log2 units, as block_gradients does
+    scale_scores(job, w, t, cols);
+    mask_tile(f, t.i0, t.rows, j0, cols, w.p, f.tile_q);
+    scale = 1.0f;  // (s x 1 = s: the same bits)
+  }
+  fused_block_pairs<kRows, kDq>(job, w, t, cols, scale);
+}
+#endif
+
+// dQ += dS' K for one block into `dq`: [tile_q][Dp] for FMA products
+// (A(r, c) = dS'ᵀ[c][r]); for pair products its transpose [Dp][tile_q],
+// dQᵀ += Kᵀ dS'ᵀ, from the block's packed w.dsb_pairs (a B operand that
+// packs from dS'ᵀ with whole vectors, where dS' itself as an A operand took
+// a scalar store a pair).
 template <DType DT>
 inline void accumulate_dq(const BackwardJob& job, const BackwardScratch& w, const BlockOperands& ops, const QTile& t,
                           int cols, float* dq) {
   const int Dp = BackwardScratch::padded_dim(job), tq = job.fwd.tile_q;
   if constexpr (kPairProducts<DT>) {
 #if defined(FA_BACKWARD_PAIRS)
-    // Keys past the tile's own, to the reduction's step: dS' 0.
-    const int keys = round_up_to(cols, kPairReduceStep), tk = job.fwd.tile_kv;
-    for (int c = cols; c < keys; ++c) std::memset(w.ds + std::int64_t(c) * tq, 0, sizeof(float) * t.lanes);
-    std::uint32_t* a = w.pairs;
-    const int m = round_up_to(t.rows, kPairRowStep);
-    pack_a_transposed(w.ds, tq, keys, m, a, tk / 2);
-    pair_gemm<true>(a, tk / 2, m, ops.kr, keys, Dp, dq, Dp);
+    pair_gemm<true>(ops.kt, job.fwd.tile_kv / 2, Dp, w.dsb_pairs, round_up_to(cols, kPairReduceStep), t.lanes, dq, tq);
 #endif
   } else {
     (void)ops;
     gemm<true, false>(w.ds, 1, tq, t.rows, cols, w.k, Dp, Dp / Vec::W, dq, Dp, w.ones);
   }
+}
+
+// Writes Q tile t's dQ from its accumulator (accumulate_dq's layout; the
+// pair products' transpose turned back through w.qt, which they leave unused).
+template <DType DT>
+inline void store_dq(const BackwardJob& job, const BackwardScratch& w, const QTile& t, const float* acc) {
+  const int D = static_cast<int>(job.fwd.head_dim), Dp = BackwardScratch::padded_dim(job);
+  if constexpr (kPairProducts<DT>) {
+    transpose_rows(acc, Dp, job.fwd.tile_q, w.qt, Dp);
+    acc = w.qt;
+  }
+  const std::size_t es = dtype_size(job.grad_dtype[0]);
+  char* out = static_cast<char*>(job.grad[0]) +
+              (t.b * job.grad_strides[0][0] + t.h * job.grad_strides[0][1] + t.i0 * job.grad_strides[0][2]) * es;
+  store_rows(out, job.grad_dtype[0], job.grad_strides[0][2], t.rows, D, Dp, acc, job.scale);
 }
 
 // Pass 1: dK and dV of K/V tile `kt` of (b, hk), over its group's heads;
@@ -482,20 +602,22 @@ inline void dkdv_item(const BackwardJob& job, const ModifierJobs& mods, const Ba
         load_q_rows<DT>(job, w, t);
       }
       load_row_stats(job, w, t);
-      const float* pz = block_gradients<DT>(job, mods, w, ops, t, j0, cols);
-      apply_softcap_chain(job, w, t, cols);
       // dV += (P∘Z)ᵀ dO and dK += dS'ᵀ Q: rows are keys, the reduction runs
       // over the tile's query rows.
       if constexpr (kPairProducts<DT>) {
 #if defined(FA_BACKWARD_PAIRS)
+        if (job.whole_heads) {
+          block_pair_operands<DT, true, true>(job, mods, w, ops, t, j0, cols);
+        } else {
+          block_pair_operands<DT, true, false>(job, mods, w, ops, t, j0, cols);
+        }
         const int m = round_up_to(cols, kPairRowStep);
-        std::uint32_t* a = w.pairs;
-        pack_a_rows(pz, tq, cols, m, t.lanes, a, tq / 2);
-        pair_gemm<true>(a, tq / 2, m, ops.dor, t.lanes, Dp, w.dv, Dp);
-        pack_a_rows(w.ds, tq, cols, m, t.lanes, a, tq / 2);
-        pair_gemm<true>(a, tq / 2, m, ops.qr, t.lanes, Dp, w.dk, Dp);
+        pair_gemm<true>(w.pairs, tq / 2, m, ops.dor, t.lanes, Dp, w.dv, Dp);
+        pair_gemm<true>(w.ds_pairs, tq / 2, m, ops.qr, t.lanes, Dp, w.dk, Dp);
 #endif
       } else {
+        const float* pz = block_gradients<DT>(job, mods, w, ops, t, j0, cols);
+        apply_softcap_chain(job, w, t, cols);
         gemm<true, false>(pz, tq, 1, cols, t.rows, w.dout, Dp, Dp / Vec::W, w.dv, Dp, w.ones);
         gemm<true, false>(w.ds, tq, 1, cols, t.rows, w.q, Dp, Dp / Vec::W, w.dk, Dp, w.ones);
       }
@@ -519,7 +641,7 @@ template <DType DT>
 inline void dq_tile(const BackwardJob& job, const ModifierJobs& mods, const BackwardScratch& w, std::int64_t b,
                     std::int64_t h, std::int64_t qi) {
   const detail::AttentionJob& f = job.fwd;
-  const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job), tq = f.tile_q, tk = f.tile_kv;
+  const int Dp = BackwardScratch::padded_dim(job), tq = f.tile_q, tk = f.tile_kv;
   const QTile t = q_tile<DT>(job, b, h, qi);
   BlockOperands ops;
   [[maybe_unused]] const PairPacks packs = PairPacks::of(job);
@@ -529,7 +651,7 @@ inline void dq_tile(const BackwardJob& job, const ModifierJobs& mods, const Back
     load_q_rows<DT>(job, w, t);
   }
   load_row_stats(job, w, t);
-  std::memset(w.dq, 0, sizeof(float) * t.lanes * Dp);
+  std::memset(w.dq, 0, sizeof(float) * tq * Dp);
   float* dbias = job.dbias ? job.dbias + (job.bias_heads > 1 ? h : 0) * f.seq_q * f.seq_kv : nullptr;
   const std::int64_t hk = h / f.kv_group, kv_tiles = (f.seq_kv + tk - 1) / tk;
   for (std::int64_t kt = 0; kt < kv_tiles; ++kt) {
@@ -541,7 +663,16 @@ inline void dq_tile(const BackwardJob& job, const ModifierJobs& mods, const Back
     } else {
       load_kv_rows<DT>(job, w, b, hk, j0, cols, cols);
     }
-    block_gradients<DT>(job, mods, w, ops, t, j0, cols);
+#if defined(FA_BACKWARD_PAIRS)
+    if constexpr (kPairProducts<DT>) {
+      if (!dbias) {
+        block_pair_operands<DT, false, true>(job, mods, w, ops, t, j0, cols);
+        accumulate_dq<DT>(job, w, ops, t, cols, w.dq);
+        continue;
+      }
+    }
+#endif
+    const float* pz = block_gradients<DT>(job, mods, w, ops, t, j0, cols);
     if (dbias) {  // the bias is added after softcap: its gradient is dS itself
       for (int r = 0; r < t.rows; ++r) {
         float* row = dbias + (t.i0 + r) * f.seq_kv + j0;
@@ -549,12 +680,13 @@ inline void dq_tile(const BackwardJob& job, const ModifierJobs& mods, const Back
       }
     }
     apply_softcap_chain(job, w, t, cols);
+#if defined(FA_BACKWARD_PAIRS)
+    if constexpr (kPairProducts<DT>) pack_block_pairs<false, true>(job, w, t, cols, pz);
+#endif
+    (void)pz;
     accumulate_dq<DT>(job, w, ops, t, cols, w.dq);
   }
-  const std::size_t es = dtype_size(job.grad_dtype[0]);
-  char* out = static_cast<char*>(job.grad[0]) +
-              (b * job.grad_strides[0][0] + h * job.grad_strides[0][1] + t.i0 * job.grad_strides[0][2]) * es;
-  store_rows(out, job.grad_dtype[0], job.grad_strides[0][2], t.rows, D, Dp, w.dq, job.scale);
+  store_dq<DT>(job, w, t, w.dq);
 }
 
 // A whole-head item: every K/V tile of (b, hk) in order (pass 1's items),
@@ -565,25 +697,21 @@ template <DType DT>
 inline void whole_head_item(const BackwardJob& job, const ModifierJobs& mods, const BackwardScratch& w, std::int64_t b,
                             std::int64_t hk) {
   const detail::AttentionJob& f = job.fwd;
-  const int D = static_cast<int>(f.head_dim), Dp = BackwardScratch::padded_dim(job), tq = f.tile_q;
+  const int Dp = BackwardScratch::padded_dim(job), tq = f.tile_q;
   const std::int64_t q_tiles = (f.seq_q + tq - 1) / tq, kv_tiles = (f.seq_kv + f.tile_kv - 1) / f.tile_kv;
   std::memset(w.dq_heads, 0, sizeof(float) * BackwardScratch::dq_heads_floats(job));
   for (std::int64_t kt = 0; kt < kv_tiles; ++kt) dkdv_item<DT>(job, mods, w, b, hk, kt);
-  const std::size_t es = dtype_size(job.grad_dtype[0]);
   for (std::int64_t h = hk * f.kv_group; h < (hk + 1) * f.kv_group; ++h) {
     for (std::int64_t qi = 0; qi < q_tiles; ++qi) {
-      const QTile t = q_tile<DT>(job, b, h, qi);
-      char* out = static_cast<char*>(job.grad[0]) +
-                  (b * job.grad_strides[0][0] + h * job.grad_strides[0][1] + t.i0 * job.grad_strides[0][2]) * es;
-      store_rows(out, job.grad_dtype[0], job.grad_strides[0][2], t.rows, D, Dp,
-                 w.dq_heads + ((h - hk * f.kv_group) * q_tiles + qi) * std::int64_t(tq) * Dp, job.scale);
+      store_dq<DT>(job, w, q_tile<DT>(job, b, h, qi),
+                   w.dq_heads + ((h - hk * f.kv_group) * q_tiles + qi) * std::int64_t(tq) * Dp);
     }
   }
 }
 
 #if defined(FA_BACKWARD_PAIRS)
 // The packing pass (pair products): item < q_items packs Q tile `item` of
-// the (batch, head) rows (qb, dob, qr, dor), the rest K/V tiles (ka, va, kr).
+// the (batch, head) rows (qb, dob, qr, dor), the rest K/V tiles (ka, va, kt).
 template <DType DT>
 inline void pack_item(const BackwardJob& job, const BackwardScratch& w, std::int64_t item) {
   const detail::AttentionJob& f = job.fwd;
@@ -608,7 +736,7 @@ inline void pack_item(const BackwardJob& job, const BackwardScratch& w, std::int
   load_kv_rows<DT>(job, w, b, hk, j0, cols, keys);
   pack_a_rows(w.k, Dp, cols, keys, Dp, packs.kv(job, b, hk, kt, 0), Dp / 2);
   pack_a_rows(w.v, Dp, cols, keys, Dp, packs.kv(job, b, hk, kt, 1), Dp / 2);
-  pack_b_pairs(w.k, Dp, keys, Dp, packs.kv(job, b, hk, kt, 2));
+  pack_a_transposed(w.k, Dp, keys, Dp, packs.kv(job, b, hk, kt, 2), f.tile_kv / 2);
 }
 #endif
 

@@ -15,11 +15,11 @@
 //     dob (dP = V dOᵀ: dOᵀ)                              from dOᵀ
 //     qr  (dK += dSᵀ Q: Q, k query rows, n head_dim)      from Q [tq][Dp]
 //     dor (dV += (P∘Z)ᵀ dO: dO)                          from dO
-//     kr  (dQ += dS K: K, k keys, n head_dim)             from K [tk][Dp]
+//     dsb (dQᵀ += Kᵀ dS'ᵀ: dS'ᵀ, k keys, n query rows)     from dS'ᵀ [tk][tq]
 //   A operands, [m][k / 2]: rows, pairs along k
 //     ka, va   (S's and dP's: K and V rows, pairs along head_dim)
+//     kt       (dQᵀ's: Kᵀ, head_dim x keys)
 //     pza, dsa (dV's and dK's: (P∘Z)ᵀ and dS'ᵀ, keys x query rows)
-//     dsq      (dQ's: dS', query rows x keys)
 // Compiled inside the path's namespace after the engine's header.
 #pragma once
 

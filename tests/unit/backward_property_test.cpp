@@ -248,8 +248,14 @@ TEST(Backward, LargeLogitsAndDeadRows) {
   }
 }
 
-// Bit-identical gradients for 1, 2 and 3 threads and across repeated runs.
-TEST(Backward, BitIdenticalAcrossThreadCounts) {
+// Bit-identical gradients for 1, 2 and 3 threads and across repeated runs
+// (whole-head items on 1 and 2 threads, split passes on 3), with dropout
+// and without (where the bf16 pair products' block operands come from one
+// fused pass).
+class BackwardBits : public ::testing::TestWithParam<float> {};
+INSTANTIATE_TEST_SUITE_P(Dropout, BackwardBits, ::testing::Values(0.9f, 1.0f));
+
+TEST_P(BackwardBits, IdenticalAcrossThreadCounts) {
   const std::int64_t B = 2, H = 4, Hkv = 2, S = 150, D = 64;
   fa::AttentionParams p;
   p.batch = B;
@@ -258,7 +264,7 @@ TEST(Backward, BitIdenticalAcrossThreadCounts) {
   p.num_kv_heads = Hkv;
   p.head_dim = D;
   p.causal = true;
-  p.keep_prob = 0.9f;
+  p.keep_prob = GetParam();
   p.dropout_seed = 5;
   std::vector<float> sinks = {0.5f, -0.5f, 1.0f, 0.0f}, dsinks(4);
   p.sinks = sinks.data();
