@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -122,6 +123,10 @@ TEST(Planner, AutoUsesTheTargetTableAndShrinksToFit) {
 TEST(Planner, TuningCacheRoundTrip) {
   char dir[] = "/tmp/fa_tuning_XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
+  struct RemoveDir {  // the directory and all in it, however the test ends
+    const char* path;
+    ~RemoveDir() { std::filesystem::remove_all(path); }
+  } remove_dir{dir};
   const std::string path = std::string(dir) + "/sub/cache.txt";
   EnvVar cache("FA_TUNING_CACHE", path);
   fa::AttentionParams p = shape(3000, 3000, 128);
@@ -153,7 +158,6 @@ TEST(Planner, TuningCacheRoundTrip) {
   EXPECT_EQ(plan.tile_q, 64);
   EXPECT_EQ(plan.tile_kv, 32);
   EXPECT_FALSE(fa::tuning_cache_store(fa::Version::kFA2, p, fa::DType::kBF16, isa, 100, 32, 1.0).ok());
-  std::remove(path.c_str());
 }
 
 TEST(Planner, ThreadCapAndOccupancy) {
