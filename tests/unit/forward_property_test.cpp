@@ -76,7 +76,13 @@ TEST_P(RandomShapes, MatchesFloat64Reference) {
                            isa);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllPaths, RandomShapes, ::testing::Combine(kPaths, kDtypes, ::testing::Range(0, 25)),
+// Random cases per path and dtype (here and in MatrixUnitShapes): fewer in
+// the sanitizer build, whose run checks memory (with 25 the two suites took
+// most of the three minutes fa2_property_tests ran there on two cores, nearly
+// all of it in the instrumented float64 reference).
+constexpr int kRandomCases = FA_SANITIZED_TESTS ? 10 : 25;
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, RandomShapes, ::testing::Combine(kPaths, kDtypes, ::testing::Range(0, kRandomCases)),
                          [](const auto& info) {
                            return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
                                   std::string(fa::dtype_name(std::get<1>(info.param))) + "_" +
@@ -189,7 +195,8 @@ std::string matrix_case_name(const ::testing::TestParamInfo<std::tuple<fa::Isa, 
          "_" + std::to_string(std::get<2>(info.param));
 }
 INSTANTIATE_TEST_SUITE_P(AllPaths, MatrixUnitShapes,
-                         ::testing::Combine(kPaths, ::testing::Values(DType::kBF16, DType::kF16), ::testing::Range(0, 25)),
+                         ::testing::Combine(kPaths, ::testing::Values(DType::kBF16, DType::kF16),
+                                            ::testing::Range(0, kRandomCases)),
                          matrix_case_name);
 // FP8 on the two pair engines (Fp8Shapes runs FP8 on every path).
 INSTANTIATE_TEST_SUITE_P(PairEngines, MatrixUnitShapes,
