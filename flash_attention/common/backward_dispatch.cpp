@@ -67,7 +67,7 @@ namespace {
 // score-shaped buffers) is about 360 KiB, inside the L2 of the CPUs this
 // library targets.  128-row Q tiles give the bf16 pair products 8 x 3
 // register blocks where 64 lanes take 8 x 2, and dK and dV twice the
-// reduction per accumulator load: 2-3% at 1024-4096 rows on Zen 4 (docs/PERF.md),
+// reduction per accumulator load: 2-4% at 1024-4096 rows on Zen 4 (docs/PERF.md),
 // while at 512 rows (the guide's shape, causal) the diagonal blocks' waste
 // outweighs it.
 // On the amx path bf16's products step 32 keys and query rows at a time
