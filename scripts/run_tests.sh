@@ -45,9 +45,9 @@ configure_and_build() {  # dir, extra cmake args...
   cmake --build "$dir" -j "$JOBS"
 }
 
-# The fuzzers run 20 s each here (FA_FUZZ_SECONDS, 60 by default) to keep the
+# The fuzzers run 12 s each here (FA_FUZZ_SECONDS, 60 by default) to keep the
 # whole suite inside CI's time on two cores; longer runs are for by hand.
-configure_and_build "$BUILD" -DFA_FUZZ_SECONDS=20
+configure_and_build "$BUILD" -DFA_FUZZ_SECONDS=12
 ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure --timeout 900
 
 if [ "$SANITIZE" = 1 ]; then

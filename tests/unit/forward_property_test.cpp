@@ -80,7 +80,10 @@ TEST_P(RandomShapes, MatchesFloat64Reference) {
 // the sanitizer build, whose run checks memory (with 25 the two suites took
 // most of the three minutes fa2_property_tests ran there on two cores, nearly
 // all of it in the instrumented float64 reference).
-constexpr int kRandomCases = FA_SANITIZED_TESTS ? 10 : 25;
+constexpr int kRandomCases = FA_SANITIZED_TESTS ? 6 : 25;
+// The same for the quantized-cache suite (its cases cycle through the
+// dtypes and layouts every 4).
+constexpr int kCacheCases = FA_SANITIZED_TESTS ? 6 : 12;
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, RandomShapes, ::testing::Combine(kPaths, kDtypes, ::testing::Range(0, kRandomCases)),
                          [](const auto& info) {
@@ -155,7 +158,7 @@ TEST_P(QuantizedKvShapes, MatchesFloat64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, QuantizedKvShapes,
                          ::testing::Combine(kPaths, ::testing::Values(DType::kI8, DType::kFP8E4M3, DType::kFP8E5M2),
-                                            ::testing::Range(0, 12)),
+                                            ::testing::Range(0, kCacheCases)),
                          [](const auto& info) {
                            return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
                                   std::string(fa::dtype_name(std::get<1>(info.param))) + "_" +
