@@ -77,9 +77,9 @@ TEST_P(RandomShapes, MatchesFloat64Reference) {
 }
 
 // Random cases per path and dtype (here and in MatrixUnitShapes): fewer in
-// the sanitizer build, whose run checks memory (with 25 the two suites took
-// most of the three minutes fa2_property_tests ran there on two cores, nearly
-// all of it in the instrumented float64 reference).
+// the sanitizer build, whose run checks memory rather than numbers and whose
+// instrumented float64 reference is slow (the numbers are checked on all 25
+// in the plain build).
 constexpr int kRandomCases = FA_SANITIZED_TESTS ? 6 : 25;
 // The same for the quantized-cache suite (its cases cycle through the
 // dtypes and layouts every 4).
