@@ -441,6 +441,19 @@ inline QTile q_tile(const BackwardJob& job, std::int64_t b, std::int64_t h, std:
   return t;
 }
 
+// dbias += dS over the block's rows and keys (`dbias`: the bias head's
+// [seq_q][seq_kv] rows; null: no dbias).  The bias is added after softcap,
+// so its gradient is dS itself, before softcap's chain.
+inline void add_block_dbias(const BackwardJob& job, const BackwardScratch& w, const QTile& t, std::int64_t j0, int cols,
+                            float* dbias) {
+  if (!dbias) return;
+  const detail::AttentionJob& f = job.fwd;
+  for (int r = 0; r < t.rows; ++r) {
+    float* row = dbias + (t.i0 + r) * f.seq_kv + j0;
+    for (int c = 0; c < cols; ++c) row[c] += w.ds[std::int64_t(c) * f.tile_q + r];
+  }
+}
+
 #if defined(FA_BACKWARD_PAIRS)
 // Whether a block's pair operands come from one fused pass over Sᵀ and dPᵀ
 // (fused_block_pairs): not under dropout, softcap, ALiBi, the bias or
@@ -515,14 +528,17 @@ inline void fused_block_pairs(const BackwardJob& job, const BackwardScratch& w, 
   }
 }
 
-// One block's pair operands (pack_block_pairs' kRows and kDq), fused where
-// fused_pair_block allows.
+// One block's pair operands (pack_block_pairs' kRows and kDq), and its
+// share of dbias where `dbias` is given; fused where fused_pair_block
+// allows.
 template <DType DT, bool kRows, bool kDq>
 inline void block_pair_operands(const BackwardJob& job, const ModifierJobs& mods, const BackwardScratch& w,
-                                const BlockOperands& ops, const QTile& t, std::int64_t j0, int cols) {
+                                const BlockOperands& ops, const QTile& t, std::int64_t j0, int cols,
+                                float* dbias = nullptr) {
   const detail::AttentionJob& f = job.fwd;
   if (!fused_pair_block(job)) {
     const float* pz = block_gradients<DT>(job, mods, w, ops, t, j0, cols);
+    add_block_dbias(job, w, t, j0, cols, dbias);
     apply_softcap_chain(job, w, t, cols);
     pack_block_pairs<kRows, kDq>(job, w, t, cols, pz);
     return;
@@ -663,27 +679,15 @@ inline void dq_tile(const BackwardJob& job, const ModifierJobs& mods, const Back
     } else {
       load_kv_rows<DT>(job, w, b, hk, j0, cols, cols);
     }
-#if defined(FA_BACKWARD_PAIRS)
     if constexpr (kPairProducts<DT>) {
-      if (!dbias) {
-        block_pair_operands<DT, false, true>(job, mods, w, ops, t, j0, cols);
-        accumulate_dq<DT>(job, w, ops, t, cols, w.dq);
-        continue;
-      }
-    }
-#endif
-    const float* pz = block_gradients<DT>(job, mods, w, ops, t, j0, cols);
-    if (dbias) {  // the bias is added after softcap: its gradient is dS itself
-      for (int r = 0; r < t.rows; ++r) {
-        float* row = dbias + (t.i0 + r) * f.seq_kv + j0;
-        for (int c = 0; c < cols; ++c) row[c] += w.ds[std::int64_t(c) * tq + r];
-      }
-    }
-    apply_softcap_chain(job, w, t, cols);
 #if defined(FA_BACKWARD_PAIRS)
-    if constexpr (kPairProducts<DT>) pack_block_pairs<false, true>(job, w, t, cols, pz);
+      block_pair_operands<DT, false, true>(job, mods, w, ops, t, j0, cols, dbias);
 #endif
-    (void)pz;
+    } else {
+      block_gradients<DT>(job, mods, w, ops, t, j0, cols);
+      add_block_dbias(job, w, t, j0, cols, dbias);
+      apply_softcap_chain(job, w, t, cols);
+    }
     accumulate_dq<DT>(job, w, ops, t, cols, w.dq);
   }
   store_dq<DT>(job, w, t, w.dq);
