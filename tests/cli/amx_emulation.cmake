@@ -7,6 +7,9 @@
 # unit against FA2 bit for bit (bf16, and fp16 in two pieces).  Only the amx
 # path is built.
 # Prints SKIP on a CPU without AVX512_BF16, which the emulated path needs.
+# scripts/run_tests.sh leaves this build out: its sanitizer build emulates
+# the same tiles and runs these checks there (fa<N>_test.amx_emulated,
+# fa2_test.backward_amx_emulated, the unit tests, versions_agree_tests).
 include(${CMAKE_CURRENT_LIST_DIR}/variant_build.cmake)
 fa_skip_unless_cpu_has(avx512_bf16 "the emulated amx path")
 fa_build_variant(OPTIONS -DFA_AMX_EMULATION=ON -DENABLE_TESTS=ON -DFLASH_ATTENTION_VERSION=all -DFA_TARGET=amx
