@@ -109,3 +109,35 @@ fa_ensure_matplotlib() {
   fi
   return 0
 }
+
+# A virtual environment in DIR for the Python package (python/): nanobind and
+# scikit-build-core to build it, and pytest, NumPy, ml_dtypes and PyTorch to test it, from PyPI.
+# Made with the python3 on PATH (python3-venv and python3-dev from Debian
+# where that Python is Debian's and lacks them).  Prints the environment's
+# interpreter; fails (the caller builds without the package) when the
+# environment cannot be made.  PyTorch is not fatal: its tests then skip.
+fa_ensure_python_env() {
+  local dir=$1 python
+  if [ ! -x "$dir/bin/python" ]; then
+    python3 -m venv "$dir" >&2 2>/dev/null || { fa_apt_install python3-venv && python3 -m venv "$dir" >&2; } || {
+      fa_log "could not make a virtual environment in $dir"; return 1; }
+  fi
+  python=$dir/bin/python
+  if ! "$python" -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"; then
+    fa_apt_install python3-dev || { fa_log "no Python headers (python3-dev) for $python"; return 1; }
+  fi
+  if ! "$python" -c "import nanobind, scikit_build_core, pytest, numpy, ml_dtypes" 2>/dev/null; then
+    [ -z "${FA_NO_INSTALL:-}" ] || { fa_log "no nanobind/scikit-build-core/pytest/NumPy/ml_dtypes in $dir and --no-install given"; return 1; }
+    fa_log "installing nanobind, scikit-build-core, pytest, NumPy and ml_dtypes into $dir (PyPI)"
+    "$python" -m pip install -q "nanobind==3.1.0" "scikit-build-core>=0.10" "pytest>=7" numpy "ml-dtypes>=0.2" >&2 || return 1
+  fi
+  if ! "$python" -c "import torch" 2>/dev/null; then
+    if [ -z "${FA_NO_INSTALL:-}" ]; then
+      fa_log "installing PyTorch into $dir (PyPI; the package's torch tests need it)"
+      "$python" -m pip install -q "torch>=2.4" >&2 || fa_log "no PyTorch: the package's torch tests will be skipped"
+    else
+      fa_log "no PyTorch in $dir: the package's torch tests will be skipped"
+    fi
+  fi
+  echo "$python"
+}

@@ -2,9 +2,10 @@
 # Builds every version (FLASH_ATTENTION_VERSION=all) and runs the whole test
 # suite (CTest): unit and property tests, the fa1/fa2/fa3_test matrices,
 # bad-input tests of the tools, configure-time checks and build variants
-# (FA2 and FA3 under ThreadSanitizer among them), the fuzzing harnesses for a
-# minute each (clang), the data scripts, the version comparison, the guide
-# walkthrough, and the unit and driver tests again
+# (FA2 and FA3 under ThreadSanitizer among them), the fuzzing harnesses (12 s
+# each here; clang), the data scripts, the version comparison, the guide
+# walkthrough, the Python package's pytest suite (NumPy and PyTorch, in a
+# virtual environment under build/), and the unit and driver tests again
 # under AddressSanitizer + UndefinedBehaviorSanitizer (the amx path's tiles
 # emulated there).
 # Installs missing Debian packages (cmake, g++, libgtest-dev, python3-numpy,
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
     --jobs=*) JOBS=${1#*=}; shift ;;
     --no-install) export FA_NO_INSTALL=1; shift ;;
     --no-sanitize) SANITIZE=0; shift ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "error: unknown argument '$1' (expected --build-dir, --jobs, --no-install or --no-sanitize)" >&2; exit 2 ;;
   esac
 done
@@ -47,8 +48,22 @@ configure_and_build() {  # dir, extra cmake args...
 
 # The fuzzers run 12 s each here (FA_FUZZ_SECONDS, 60 by default) to keep the
 # whole suite inside CI's time on two cores; longer runs are for by hand.
-configure_and_build "$BUILD" -DFA_FUZZ_SECONDS=12
-ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure --timeout 900
+# The Python package (python/) is built in the same tree and its pytest suite
+# runs in CTest, in a virtual environment beside the build.
+python_args=(-DFA_BUILD_PYTHON=OFF)
+if PYTHON_ENV=$(fa_ensure_python_env "$REPO/build/python-env"); then
+  python_args=(-DFA_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$PYTHON_ENV")
+else
+  echo "warning: no Python environment for the package: its tests are left out" >&2
+fi
+configure_and_build "$BUILD" -DFA_FUZZ_SECONDS=12 "${python_args[@]}"
+# configure.amx_emulation (a Release build of the amx path on emulated tiles)
+# is left to the sanitizer build below, which emulates the same tiles and
+# runs the same checks (fa<N>_test.amx_emulated, the backward on them, the
+# unit tests of the amx path, versions_agree_tests) under ASan and UBSan.
+skip=()
+[ "$SANITIZE" = 1 ] && skip=(-E '^configure[.]amx_emulation$')
+ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure --timeout 900 ${skip[@]+"${skip[@]}"}
 
 if [ "$SANITIZE" = 1 ]; then
   # The paths this CPU runs (FA_TARGET=host: the others could not execute

@@ -1,0 +1,209 @@
+"""
+The library's C++ API (ops_transformer's low-level layer; use the functions of ops_transformer).
+"""
+
+import enum
+from typing import Annotated
+
+import numpy
+from numpy.typing import NDArray
+
+
+class SparseMode(enum.Enum):
+    MASK_AND_BAND = 0
+
+    ALL = 1
+
+    CAUSAL_TOP_LEFT = 2
+
+    CAUSAL_BOTTOM_RIGHT = 3
+
+    BAND = 4
+
+class Isa(enum.Enum):
+    GENERIC = 0
+
+    AVX2 = 1
+
+    AVX512 = 2
+
+    AVX512BF16 = 3
+
+    AMX = 4
+
+class AttentionParams:
+    def __init__(self) -> None: ...
+
+    @property
+    def batch(self) -> int: ...
+
+    @batch.setter
+    def batch(self, arg: int, /) -> None: ...
+
+    @property
+    def seq_q(self) -> int: ...
+
+    @seq_q.setter
+    def seq_q(self, arg: int, /) -> None: ...
+
+    @property
+    def seq_kv(self) -> int: ...
+
+    @seq_kv.setter
+    def seq_kv(self, arg: int, /) -> None: ...
+
+    @property
+    def num_heads(self) -> int: ...
+
+    @num_heads.setter
+    def num_heads(self, arg: int, /) -> None: ...
+
+    @property
+    def num_kv_heads(self) -> int: ...
+
+    @num_kv_heads.setter
+    def num_kv_heads(self, arg: int, /) -> None: ...
+
+    @property
+    def head_dim(self) -> int: ...
+
+    @head_dim.setter
+    def head_dim(self, arg: int, /) -> None: ...
+
+    @property
+    def scale(self) -> float | None: ...
+
+    @scale.setter
+    def scale(self, scale: float | None) -> None: ...
+
+    @property
+    def causal(self) -> bool: ...
+
+    @causal.setter
+    def causal(self, arg: bool, /) -> None: ...
+
+    @property
+    def sparse_mode(self) -> SparseMode | None: ...
+
+    @sparse_mode.setter
+    def sparse_mode(self, sparse_mode: SparseMode | None) -> None: ...
+
+    @property
+    def pre_tokens(self) -> int: ...
+
+    @pre_tokens.setter
+    def pre_tokens(self, arg: int, /) -> None: ...
+
+    @property
+    def next_tokens(self) -> int: ...
+
+    @next_tokens.setter
+    def next_tokens(self, arg: int, /) -> None: ...
+
+    @property
+    def block_size(self) -> int: ...
+
+    @block_size.setter
+    def block_size(self, arg: int, /) -> None: ...
+
+    @property
+    def kv_num_blocks(self) -> int: ...
+
+    @kv_num_blocks.setter
+    def kv_num_blocks(self, arg: int, /) -> None: ...
+
+    @property
+    def softcap(self) -> float: ...
+
+    @softcap.setter
+    def softcap(self, arg: float, /) -> None: ...
+
+    @property
+    def keep_prob(self) -> float: ...
+
+    @keep_prob.setter
+    def keep_prob(self, arg: float, /) -> None: ...
+
+    @property
+    def dropout_seed(self) -> int: ...
+
+    @dropout_seed.setter
+    def dropout_seed(self, arg: int, /) -> None: ...
+
+    @property
+    def threads(self) -> int: ...
+
+    @threads.setter
+    def threads(self, arg: int, /) -> None: ...
+
+    @property
+    def tile_q(self) -> int: ...
+
+    @tile_q.setter
+    def tile_q(self, arg: int, /) -> None: ...
+
+    @property
+    def tile_kv(self) -> int: ...
+
+    @tile_kv.setter
+    def tile_kv(self, arg: int, /) -> None: ...
+
+    @property
+    def num_splits(self) -> int: ...
+
+    @num_splits.setter
+    def num_splits(self, arg: int, /) -> None: ...
+
+    @property
+    def kv_heads_side_by_side(self) -> bool: ...
+
+    @kv_heads_side_by_side.setter
+    def kv_heads_side_by_side(self, arg: bool, /) -> None: ...
+
+    @property
+    def isa(self) -> Isa | None: ...
+
+    @isa.setter
+    def isa(self, isa: Isa | None) -> None: ...
+
+    @property
+    def async_prefetch(self) -> bool | None: ...
+
+    @async_prefetch.setter
+    def async_prefetch(self, async_prefetch: bool | None) -> None: ...
+
+def forward(version: int, params: AttentionParams, q: Annotated[NDArray, dict(device='cpu', writable=False)], k: Annotated[NDArray, dict(device='cpu', writable=False)], v: Annotated[NDArray, dict(device='cpu', writable=False)], out: Annotated[NDArray, dict(device='cpu')], lse: Annotated[NDArray, dict(device='cpu')] | None, arrays: dict, q_dtype: str, kv_dtype: str, out_dtype: str) -> None:
+    """
+    Runs version's forward pass into `out` (and `lse`); views are [batch, heads, seq, head_dim].
+    """
+
+def backward(params: AttentionParams, q: Annotated[NDArray, dict(device='cpu', writable=False)], k: Annotated[NDArray, dict(device='cpu', writable=False)], v: Annotated[NDArray, dict(device='cpu', writable=False)], out: Annotated[NDArray, dict(device='cpu', writable=False)], lse: Annotated[NDArray, dict(device='cpu')], dout: Annotated[NDArray, dict(device='cpu', writable=False)], dq: Annotated[NDArray, dict(device='cpu')], dk: Annotated[NDArray, dict(device='cpu')], dv: Annotated[NDArray, dict(device='cpu')], dbias: Annotated[NDArray, dict(device='cpu')] | None, dsinks: Annotated[NDArray, dict(device='cpu')] | None, arrays: dict, dtype: str, grad_dtype: str) -> None:
+    """FlashAttention-2's backward pass into dq, dk, dv (and dbias, dsinks)."""
+
+def reference_forward(params: AttentionParams, q: Annotated[NDArray, dict(device='cpu', writable=False)], k: Annotated[NDArray, dict(device='cpu', writable=False)], v: Annotated[NDArray, dict(device='cpu', writable=False)], arrays: dict, q_dtype: str, kv_dtype: str) -> tuple[NDArray[numpy.float64], NDArray[numpy.float64]]:
+    """
+    The float64 reference: (out [batch, seq_q, heads, head_dim], lse [batch, heads, seq_q]).
+    """
+
+def reference_backward(params: AttentionParams, q: Annotated[NDArray, dict(device='cpu', writable=False)], k: Annotated[NDArray, dict(device='cpu', writable=False)], v: Annotated[NDArray, dict(device='cpu', writable=False)], dout: Annotated[NDArray, dict(device='cpu', writable=False)], arrays: dict, dtype: str) -> tuple:
+    """
+    The float64 reference gradients: (dq, dk, dv in [batch, seq, heads, head_dim], dbias or None, dsinks or None).
+    """
+
+def plan(version: int, params: AttentionParams, dtype: str, kv_dtype: str, arrays: dict) -> dict:
+    """The tile plan the forward pass would use, as a dict."""
+
+def available_isas() -> list[str]:
+    """Kernel paths this build and CPU can run, slowest first."""
+
+def built_isas() -> str:
+    """Kernel paths compiled into this build."""
+
+def cpu_features() -> str:
+    """The instruction-set features the library detected on this CPU."""
+
+def default_thread_count() -> int:
+    """Threads a call with threads=0 uses."""
+
+def select_isa(params: AttentionParams) -> str:
+    """The kernel path a forward call with these parameters would run."""
