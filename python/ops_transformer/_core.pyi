@@ -205,5 +205,33 @@ def cpu_features() -> str:
 def default_thread_count() -> int:
     """Threads a call with threads=0 uses."""
 
+def norm(kind: str, x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: str, out: Annotated[NDArray, dict(device='cpu')], out_dtype: str, residual: Annotated[NDArray, dict(device='cpu', writable=False)] | None, sum: Annotated[NDArray, dict(device='cpu')] | None, weight: Annotated[NDArray, dict(device='cpu', writable=False)] | None, bias: Annotated[NDArray, dict(device='cpu', writable=False)] | None, param_dtype: str, mean: Annotated[NDArray, dict(device='cpu')] | None, rstd: Annotated[NDArray, dict(device='cpu')] | None, eps: float | None, threads: int, isa: str | None) -> None:
+    """
+    LayerNorm or RMSNorm of x [rows, hidden] into out (the residual added first).
+    """
+
+def norm_reference(kind: str, x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: str, residual: Annotated[NDArray, dict(device='cpu', writable=False)] | None, weight: Annotated[NDArray, dict(device='cpu', writable=False)] | None, bias: Annotated[NDArray, dict(device='cpu', writable=False)] | None, param_dtype: str, eps: float | None) -> NDArray[numpy.float64]:
+    """The float64 reference of norm: y [rows, hidden]."""
+
+def rope(q: Annotated[NDArray, dict(device='cpu', writable=False)] | None, k: Annotated[NDArray, dict(device='cpu', writable=False)] | None, q_out: Annotated[NDArray, dict(device='cpu')] | None, k_out: Annotated[NDArray, dict(device='cpu')] | None, dtype: str, out_dtype: str, mode: str, rotary_dim: int, base: float, scaling: str, factor: float, low_freq_factor: float, high_freq_factor: float, original_max_position: float, positions: Annotated[NDArray, dict(device='cpu', writable=False)] | None, cos: Annotated[NDArray, dict(device='cpu', writable=False)] | None, sin: Annotated[NDArray, dict(device='cpu', writable=False)] | None, cu_seqlens: Annotated[NDArray, dict(device='cpu', writable=False)] | None, threads: int, isa: str | None) -> None:
+    """Rotary position embedding of q and k ([batch, heads, seq, dim] views)."""
+
+def rope_reference(q: Annotated[NDArray, dict(device='cpu', writable=False)] | None, k: Annotated[NDArray, dict(device='cpu', writable=False)] | None, dtype: str, mode: str, rotary_dim: int, base: float, scaling: str, factor: float, low_freq_factor: float, high_freq_factor: float, original_max_position: float, positions: Annotated[NDArray, dict(device='cpu', writable=False)] | None, cos: Annotated[NDArray, dict(device='cpu', writable=False)] | None, sin: Annotated[NDArray, dict(device='cpu', writable=False)] | None, cu_seqlens: Annotated[NDArray, dict(device='cpu', writable=False)] | None) -> tuple:
+    """
+    The float64 reference of rope: (q, k) [batch, heads, seq, dim] or None.
+    """
+
+def glu(kind: str, x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: str, out: Annotated[NDArray, dict(device='cpu')], out_dtype: str, split: str, threads: int, isa: str | None) -> None:
+    """A gated linear unit of x [rows, 2d] into out [rows, d]."""
+
+def glu_reference(kind: str, x: Annotated[NDArray, dict(device='cpu', writable=False)], x_dtype: str, split: str) -> NDArray[numpy.float64]:
+    """The float64 reference of glu: y [rows, d]."""
+
+has_layer_norm: bool = True
+
+has_rope: bool = True
+
+has_glu: bool = True
+
 def select_isa(params: AttentionParams) -> str:
     """The kernel path a forward call with these parameters would run."""

@@ -21,86 +21,14 @@
 #include <string>
 #include <vector>
 
+#include "bindings.h"
 #include "flash_attention/flash_attention.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
+using namespace fa_py;
 
 namespace {
-
-using In = nb::ndarray<nb::ro, nb::device::cpu>;
-using Out = nb::ndarray<nb::device::cpu>;
-
-void raise_if_error(const fa::Status& s) {
-  if (s.ok()) return;
-  if (s.code() == fa::StatusCode::kOutOfMemory) throw std::bad_alloc();
-  throw nb::value_error(s.message().c_str());
-}
-
-fa::DType dtype_named(const std::string& name, const char* what) {
-  if (auto dtype = fa::parse_dtype(name)) return *dtype;
-  throw nb::type_error((std::string(what) + ": unknown dtype '" + name +
-                        "' (expected fp32, fp16, bf16, fp8_e4m3, fp8_e5m2 or int8)").c_str());
-}
-
-// A 4-D view [batch, heads, seq, head_dim] of `a`, whose elements are
-// `dtype` (the Python layer may pass a same-width integer view of a dtype
-// its framework cannot export, such as NumPy's ml_dtypes.bfloat16).
-template <typename Array>
-fa::TensorView view_of(const Array& a, fa::DType dtype, const char* what) {
-  if (a.ndim() != 4) {
-    throw nb::value_error((std::string(what) + ": expected a 4-D view [batch, heads, seq, head_dim], got " +
-                           std::to_string(a.ndim()) + " dimensions").c_str());
-  }
-  if (a.itemsize() != fa::dtype_size(dtype)) {
-    throw nb::type_error((std::string(what) + ": elements of " + std::to_string(a.itemsize()) + " bytes, expected " +
-                          std::string(fa::dtype_name(dtype)) + " (" + std::to_string(fa::dtype_size(dtype)) +
-                          " bytes)").c_str());
-  }
-  fa::TensorView v;
-  v.data = const_cast<void*>(static_cast<const void*>(a.data()));
-  v.dtype = dtype;
-  for (int i = 0; i < 4; ++i) {
-    v.shape[i] = static_cast<std::int64_t>(a.shape(i));
-    v.strides[i] = a.stride(i);
-  }
-  return v;
-}
-
-template <typename Array>
-bool row_major(const Array& a) {
-  std::int64_t expect = 1;
-  for (std::size_t i = a.ndim(); i-- > 0;) {
-    if (a.shape(i) != 1 && a.stride(i) != expect) return false;
-    expect *= static_cast<std::int64_t>(a.shape(i));
-  }
-  return true;
-}
-
-// One auxiliary array of a call (mask, cu_seqlens, sinks, ...): its dtype,
-// contiguity and shape checked against what the library will read.
-template <typename T>
-const T* aux(const nb::handle& value, const char* what, const std::vector<std::int64_t>& shape) {
-  In a;
-  if (!nb::try_cast(value, a)) {
-    throw nb::type_error((std::string(what) + ": expected an array on the CPU").c_str());
-  }
-  if (a.dtype() != nb::dtype<T>()) {
-    throw nb::type_error((std::string(what) + ": expected " +
-                          (std::is_same_v<T, float> ? "float32" : std::is_same_v<T, std::int32_t> ? "int32" : "int8") +
-                          " elements").c_str());
-  }
-  bool same = a.ndim() == shape.size();
-  for (std::size_t i = 0; same && i < shape.size(); ++i) same = shape[i] < 0 || static_cast<std::int64_t>(a.shape(i)) == shape[i];
-  if (!same) {
-    std::string want = "[", got = "[";
-    for (std::size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + (shape[i] < 0 ? std::string("n") : std::to_string(shape[i]));
-    for (std::size_t i = 0; i < a.ndim(); ++i) got += (i ? ", " : "") + std::to_string(a.shape(i));
-    throw nb::value_error((std::string(what) + ": shape " + got + "], expected " + want + "]").c_str());
-  }
-  if (!row_major(a)) throw nb::value_error((std::string(what) + ": expected a contiguous array").c_str());
-  return static_cast<const T*>(a.data());
-}
 
 std::int64_t length_of(const nb::handle& value, std::size_t axis) {
   In a;
@@ -226,15 +154,6 @@ void backward(fa::AttentionParams p, const In& q, const In& k, const In& v, cons
   }
   raise_if_error(s);
 }
-
-// A float64 NumPy array owning `data`.
-nb::ndarray<nb::numpy, double> numpy_f64(std::unique_ptr<double[]> data, std::vector<std::size_t> shape) {
-  double* raw = data.release();
-  nb::capsule owner(raw, [](void* ptr) noexcept { delete[] static_cast<double*>(ptr); });
-  return nb::ndarray<nb::numpy, double>(raw, shape.size(), shape.data(), owner);
-}
-
-std::unique_ptr<double[]> zeros(std::size_t n) { return std::unique_ptr<double[]>(new double[n > 0 ? n : 1]()); }
 
 std::tuple<nb::ndarray<nb::numpy, double>, nb::ndarray<nb::numpy, double>> reference(
     fa::AttentionParams p, const In& q, const In& k, const In& v, const nb::dict& arrays, const std::string& q_dtype,
@@ -383,6 +302,7 @@ NB_MODULE(_core, m) {
   m.def("built_isas", &fa::built_isas, "Kernel paths compiled into this build.");
   m.def("cpu_features", &fa::cpu_isa_features, "The instruction-set features the library detected on this CPU.");
   m.def("default_thread_count", &fa::default_thread_count, "Threads a call with threads=0 uses.");
+  bind_operators(m);
   m.def("select_isa", [](const fa::AttentionParams& p) {
     fa::Isa isa;
     raise_if_error(fa::select_isa(p, &isa));
