@@ -233,6 +233,18 @@ def to_bnsd(x, batch, seq, heads, head_dim, layout):
     return x.reshape(batch, seq, heads, head_dim).transpose(0, 2, 1, 3)
 
 
+def load_typed(path, dtype, count, what):
+    """Reads exactly `count` elements of `dtype` from `path` in that dtype
+    (bf16 and FP8 as ml_dtypes' NumPy types), for a library call."""
+    load_tensor(path, dtype, count, what)  # the size and presence checks
+    raw = np.fromfile(path, dtype=storage_numpy_dtype(dtype))
+    if dtype in ("bf16",) + tuple(FP8):
+        import ml_dtypes
+        return raw.view({"bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
+                         "fp8_e5m2": ml_dtypes.float8_e5m2}[dtype])
+    return raw
+
+
 def probabilities(qh, kh, mask, scale):
     """One head's softmax(scale q k^T + mask) in float64 ([Sq, Skv]); a row
     with nothing to attend is 0."""
@@ -289,14 +301,16 @@ def reference_attention_backward(q, k, v, dout, mask=None, scale=None):
     return dq, dk, dv
 
 
-def load_case(output_path, q_path, k_path, v_path, config_path=None, mask_path=None):
+def load_case(output_path, q_path, k_path, v_path, config_path=None, mask_path=None, out=None):
     """Loads an operator output and its inputs (shapes, dtype, layout and
     causality from config.txt beside Q) and computes the float64 reference.
 
     The mask is `mask_path`, else input_causal_mask.bin beside Q when the
     config says causal=true, else the causal rule itself.  Returns a dict with
     cfg, out and ref ([batch, seq_q, heads * head_dim] float64), q, k, v
-    ([B, N, S, D]), mask (bool [seq_q, seq_kv] or None) and ref_bnsd.  With
+    ([B, N, S, D]), mask (bool [seq_q, seq_kv] or None) and ref_bnsd.  `out`
+    (float64 [batch, seq_q, heads * head_dim]) stands for the output file when
+    given (an output computed in this process).  With
     a quantized K/V cache (config kv_dtype), k and v are the cache's
     dequantized values and k_unquantized, v_unquantized the inputs as given.
     """
@@ -304,7 +318,8 @@ def load_case(output_path, q_path, k_path, v_path, config_path=None, mask_path=N
     b, sq, skv = cfg["batch_size"], cfg["seq_len_q"], cfg["seq_len_kv"]
     h, hkv, d, dtype, layout = cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"], cfg["dtype"], cfg["layout"]
     print("Loading data...")
-    out = load_tensor(output_path, cfg["out_dtype"], b * sq * h * d, "output").reshape(b, sq, h * d)
+    if out is None:
+        out = load_tensor(output_path, cfg["out_dtype"], b * sq * h * d, "output").reshape(b, sq, h * d)
     # Inputs as the operator sees them: FP8 values times their descale factors.
     q = to_bnsd(load_tensor(q_path, dtype, b * sq * h * d, "Q"), b, sq, h, d, layout) * cfg["descale_q"]
     k = to_bnsd(load_tensor(k_path, dtype, b * skv * hkv * d, "K"), b, skv, hkv, d, layout) * cfg["descale_k"]

@@ -20,6 +20,13 @@ gen_fa2_test_data.py --backward), each within the relative L2 bound of its
 dtype (1e-4 fp32, 5e-3 fp16, 3e-2 bf16); PyTorch's float64 autograd, when
 importable, is a second opinion on the reference gradients.
 
+With --in-process (the Python package ops_transformer importable: `pip
+install .`, or PYTHONPATH=<build>/python), the output is not read from a file
+but computed here, by the library through the package, from the same input
+files (--version 1, 2 or 3; default 2): verification without writing an
+output file.  OUTPUT is then not given.  fp32, fp16 and bf16 inputs without
+a quantized cache.
+
 Exit status: 0 PASS, 1 FAIL, 2 bad input.
 """
 import argparse
@@ -58,8 +65,42 @@ def torch_second_opinion(q, k, v, mask, scale):
     return np.nan_to_num(out, nan=0.0), None  # torch gives NaN for fully masked rows; we define them as 0
 
 
-def verify(output_path, q_path, k_path, v_path, config_path=None, mask_path=None, tolerance=None):
-    case = fa_data.load_case(output_path, q_path, k_path, v_path, config_path, mask_path)
+def in_process_output(q_path, k_path, v_path, config_path, mask_path, version):
+    """The output of the library's own call on the input files, through the
+    Python package: float64 [batch, seq_q, heads * head_dim]."""
+    try:
+        import ops_transformer
+    except ImportError as e:
+        raise fa_data.InputError(f"--in-process: the Python package ops_transformer is not importable ({e}); "
+                                 "pip install . (or PYTHONPATH=<build>/python)") from None
+    cfg = fa_data.read_config(config_path or os.path.join(os.path.dirname(os.path.abspath(q_path)), "config.txt"))
+    b, sq, skv = cfg["batch_size"], cfg["seq_len_q"], cfg["seq_len_kv"]
+    h, hkv, d, dtype, layout = cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"], cfg["dtype"], cfg["layout"]
+    if dtype not in ("fp32", "fp16", "bf16") or cfg["kv_dtype"]:
+        raise fa_data.InputError(f"--in-process: {dtype} inputs{' with a quantized cache' if cfg['kv_dtype'] else ''} "
+                                 "(expected fp32, fp16 or bf16 without kv_dtype; verify fa2_benchmark's file instead)")
+    shape = {"BSH": lambda s, n: (b, s, n * d), "BSND": lambda s, n: (b, s, n, d), "BNSD": lambda s, n: (b, n, s, d)}
+    if layout not in shape:
+        raise fa_data.InputError(f"--in-process: layout {layout} (expected BSH, BSND or BNSD)")
+    q = fa_data.load_typed(q_path, dtype, b * sq * h * d, "Q").reshape(shape[layout](sq, h))
+    k = fa_data.load_typed(k_path, dtype, b * skv * hkv * d, "K").reshape(shape[layout](skv, hkv))
+    v = fa_data.load_typed(v_path, dtype, b * skv * hkv * d, "V").reshape(shape[layout](skv, hkv))
+    options = dict(layout=layout, num_heads=h, num_kv_heads=hkv, version=version, causal=cfg["causal"])
+    if mask_path is not None:
+        if not os.path.isfile(mask_path):
+            raise fa_data.InputError(f"mask: file '{mask_path}' not found")
+        options.update(mask=np.fromfile(mask_path, dtype=np.int8).reshape(sq, skv), causal=False)
+    print(f"Running FlashAttention-v{version} in process (ops_transformer, {', '.join(ops_transformer.available_isas())})...")
+    try:
+        out = ops_transformer.attention(q, k, v, **options)
+    except (ValueError, TypeError) as e:
+        raise fa_data.InputError(f"--in-process: {e}") from None
+    flat = np.asarray(out).reshape(-1).astype(np.float64)
+    return fa_data.to_bnsd(flat, b, sq, h, d, layout).transpose(0, 2, 1, 3).reshape(b, sq, h * d)
+
+
+def verify(output_path, q_path, k_path, v_path, config_path=None, mask_path=None, tolerance=None, out=None):
+    case = fa_data.load_case(output_path, q_path, k_path, v_path, config_path, mask_path, out=out)
     cfg, out, ref_bsh = case["cfg"], case["out"], case["ref"]
     d = cfg["head_dim"]
     tolerance = DEFAULT_TOLERANCE[cfg["out_dtype"]] if tolerance is None else tolerance
@@ -165,7 +206,22 @@ def main(argv=None):
     p.add_argument("--dk", default=None, help="dK file")
     p.add_argument("--dv", default=None, help="dV file")
     p.add_argument("--do", default=None, help="the dO the gradients were taken of (default: input_dO.bin beside Q)")
+    p.add_argument("--in-process", action="store_true",
+                   help="compute the output here through the Python package ops_transformer instead of reading "
+                        "OUTPUT (no output file; then give only Q, K and V)")
+    p.add_argument("--version", type=int, default=2, choices=(1, 2, 3), help="with --in-process: FlashAttention-vN")
     a = p.parse_args(argv)
+    if a.in_process:
+        if a.dq:
+            fa_data.fail_input("--in-process: not with --dq/--dk/--dv (the gradient files come from fa2_benchmark)")
+        # No OUTPUT: the positional arguments are Q, K and V (the defaults
+        # the same as without --in-process).
+        defaults = [p.get_default(name) for name in ("output", "q", "k", "v")]
+        given = [x for x, default in zip((a.output, a.q, a.k, a.v), defaults) if x != default]
+        if len(given) > 3:
+            fa_data.fail_input("--in-process: expected at most Q, K and V (no OUTPUT file)")
+        a.output = None
+        a.q, a.k, a.v = given + defaults[1 + len(given):]
     grads = [a.dq, a.dk, a.dv]
     if any(grads) and not all(grads):
         fa_data.fail_input("--dq, --dk and --dv go together (got " + ", ".join(
@@ -175,7 +231,8 @@ def main(argv=None):
     if a.tolerance is not None and not (a.tolerance > 0 and np.isfinite(a.tolerance)):
         fa_data.fail_input(f"--tolerance: expected a positive number (got {a.tolerance})")
     try:
-        ok = verify(a.output, a.q, a.k, a.v, a.config, a.mask, a.tolerance)
+        out = in_process_output(a.q, a.k, a.v, a.config, a.mask, a.version) if a.in_process else None
+        ok = verify(a.output, a.q, a.k, a.v, a.config, a.mask, a.tolerance, out=out)
         if a.dq:
             case = fa_data.load_case(a.output, a.q, a.k, a.v, a.config, a.mask)
             ok = verify_gradients(case, a.q, a.dq, a.dk, a.dv, a.do) and ok
