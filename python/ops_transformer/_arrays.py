@@ -66,12 +66,32 @@ class Array:
         return tuple(self.obj.shape)
 
 
+# The same, keyed by the dtype objects themselves: a dict lookup, where
+# dtype.name and str(dtype) cost microseconds a call (this is the per-call
+# path; the names above are the fallback for byte-swapped and other forms).
+_BY_DTYPE: dict = {np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16", np.dtype(np.int8): "int8"}
+if _ml_dtypes is not None:
+    _BY_DTYPE.update({np.dtype(_ml_dtypes.bfloat16): "bf16", np.dtype(_ml_dtypes.float8_e4m3fn): "fp8_e4m3",
+                      np.dtype(_ml_dtypes.float8_e5m2): "fp8_e5m2"})
+
+
+def _torch_by_dtype() -> dict:
+    import torch
+    table = {getattr(torch, key.split(".")[1]): name for key, name in _TORCH_NAMES.items()
+             if hasattr(torch, key.split(".")[1])}
+    _BY_DTYPE.update(table)
+    return table
+
+
 def dtype_name(x: Any, what: str) -> str:
     """The library's name of x's dtype (fp32, fp16, bf16, int8, fp8_e4m3, fp8_e5m2)."""
+    name = _BY_DTYPE.get(x.dtype)
+    if name is not None:
+        return name
     if isinstance(x, np.ndarray):
-        name = _NUMPY_NAMES.get(x.dtype.name)
+        name = _NUMPY_NAMES.get(x.dtype.name) if x.dtype.isnative else None
     else:
-        name = _TORCH_NAMES.get(str(x.dtype))
+        name = _torch_by_dtype().get(x.dtype)
     if name is None:
         raise TypeError(f"{what}: dtype {x.dtype} is not supported "
                         "(expected float32, float16, bfloat16, int8 (a K/V cache), float8_e4m3fn or float8_e5m2)")
@@ -90,7 +110,9 @@ def raw(x: Any, dtype: str) -> Any:
 
 
 def transpose12(x: Any) -> Any:
-    return np.swapaxes(x, 1, 2) if isinstance(x, np.ndarray) else x.transpose(1, 2)
+    if isinstance(x, np.ndarray):
+        return x.transpose(0, 2, 1, 3) if x.ndim == 4 else np.swapaxes(x, 1, 2)
+    return x.transpose(1, 2)
 
 
 def logical_view(x: Any, layout: str, num_heads: Optional[int], what: str) -> Any:

@@ -177,6 +177,11 @@ def forward(version: int, params: AttentionParams, q: Annotated[NDArray, dict(de
     Runs version's forward pass into `out` (and `lse`); views are [batch, heads, seq, head_dim].
     """
 
+def time_forward(version: int, params: AttentionParams, q: Annotated[NDArray, dict(device='cpu', writable=False)], k: Annotated[NDArray, dict(device='cpu', writable=False)], v: Annotated[NDArray, dict(device='cpu', writable=False)], out: Annotated[NDArray, dict(device='cpu')], lse: Annotated[NDArray, dict(device='cpu')] | None, arrays: dict, q_dtype: str, kv_dtype: str, out_dtype: str, runs: int) -> list[float]:
+    """
+    forward()'s call `runs` times in a C++ loop: each call's seconds (the library's own latency).
+    """
+
 def backward(params: AttentionParams, q: Annotated[NDArray, dict(device='cpu', writable=False)], k: Annotated[NDArray, dict(device='cpu', writable=False)], v: Annotated[NDArray, dict(device='cpu', writable=False)], out: Annotated[NDArray, dict(device='cpu', writable=False)], lse: Annotated[NDArray, dict(device='cpu')], dout: Annotated[NDArray, dict(device='cpu', writable=False)], dq: Annotated[NDArray, dict(device='cpu')], dk: Annotated[NDArray, dict(device='cpu')], dv: Annotated[NDArray, dict(device='cpu')], dbias: Annotated[NDArray, dict(device='cpu')] | None, dsinks: Annotated[NDArray, dict(device='cpu')] | None, arrays: dict, dtype: str, grad_dtype: str) -> None:
     """FlashAttention-2's backward pass into dq, dk, dv (and dbias, dsinks)."""
 

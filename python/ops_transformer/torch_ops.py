@@ -6,7 +6,8 @@ and with autograd through FlashAttention-2's backward pass.  Tensors travel
 in the layout the caller gave (BSND, BNSD, BSH or TND); everything else is a
 scalar or an optional tensor of the schema.  Calls with inference-only
 features (paged or per-sequence K/V, FP8 descales, int8 cache scales) do not
-come here: ops_transformer.attention runs them directly.
+come here, nor calls that need no gradient outside torch.compile:
+ops_transformer.attention runs those directly.
 """
 
 from __future__ import annotations
@@ -28,9 +29,18 @@ _SCALAR_DEFAULTS: Dict[str, Any] = {
 
 
 def wants_autograd_op(q: Any, k: Any, v: Any, options: Dict[str, Any]) -> bool:
-    """Whether a call on torch tensors goes through the operator: every call
-    but those with inference-only features."""
-    return not any(options.get(name) is not None for name in _attention.INFERENCE_ONLY)
+    """Whether a call on torch tensors goes through the operator: when
+    torch.compile traces it, or when a gradient may be asked of q, k, v, the
+    bias or the sinks; not with inference-only features.  Other calls run
+    the library directly, without the dispatcher's cost."""
+    if any(options.get(name) is not None for name in _attention.INFERENCE_ONLY):
+        return False
+    if torch.compiler.is_compiling():
+        return True
+    if not torch.is_grad_enabled():
+        return False
+    return any(isinstance(t, torch.Tensor) and t.requires_grad
+               for t in (q, k, v, options.get("bias"), options.get("sinks")))
 
 
 def _encode(options: Dict[str, Any]) -> Tuple[List[Optional[torch.Tensor]], str]:

@@ -15,6 +15,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -116,6 +117,36 @@ void forward(int version, fa::AttentionParams p, const In& q, const In& k, const
     }
   }
   raise_if_error(s);
+}
+
+// The same call as forward(), `runs` times in a C++ loop, each timed with
+// the steady clock (seconds): the library's own latency for this call, to
+// set the Python layer's cost against (bench/compare_peers --python).
+std::vector<double> time_forward(int version, fa::AttentionParams p, const In& q, const In& k, const In& v,
+                                 const Out& o, const std::optional<Out>& lse, const nb::dict& arrays,
+                                 const std::string& q_dtype, const std::string& kv_dtype, const std::string& o_dtype,
+                                 int runs) {
+  fa::AttentionTensors t = input_views(q, k, v, q_dtype, kv_dtype);
+  t.o = view_of(o, dtype_named(o_dtype, "out"), "out");
+  attach(arrays, &p, &t);
+  t.lse = lse_pointer(lse, p);
+  if (version < 1 || version > 3) {
+    throw nb::value_error(("version: " + std::to_string(version) + " (expected 1, 2 or 3)").c_str());
+  }
+  auto* entry = version == 1 ? &fa::fa1_forward : version == 2 ? &fa::fa2_forward : &fa::fa3_forward;
+  std::vector<double> seconds;
+  seconds.reserve(static_cast<std::size_t>(runs > 0 ? runs : 0));
+  fa::Status s;
+  {
+    nb::gil_scoped_release release;
+    for (int i = 0; i < runs && s.ok(); ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      s = entry(p, t);
+      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+  raise_if_error(s);
+  return seconds;
 }
 
 void backward(fa::AttentionParams p, const In& q, const In& k, const In& v, const In& o, const Out& lse,
@@ -289,6 +320,9 @@ NB_MODULE(_core, m) {
   m.def("forward", &forward, "version"_a, "params"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "arrays"_a,
         "q_dtype"_a, "kv_dtype"_a, "out_dtype"_a,
         "Runs version's forward pass into `out` (and `lse`); views are [batch, heads, seq, head_dim].");
+  m.def("time_forward", &time_forward, "version"_a, "params"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
+        "arrays"_a, "q_dtype"_a, "kv_dtype"_a, "out_dtype"_a, "runs"_a,
+        "forward()'s call `runs` times in a C++ loop: each call's seconds (the library's own latency).");
   m.def("backward", &backward, "params"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a,
         "dbias"_a.none(), "dsinks"_a.none(), "arrays"_a, "dtype"_a, "grad_dtype"_a,
         "FlashAttention-2's backward pass into dq, dk, dv (and dbias, dsinks).");
