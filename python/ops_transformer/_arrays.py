@@ -115,6 +115,13 @@ def transpose12(x: Any) -> Any:
     return x.transpose(1, 2)
 
 
+def unit_last_stride(x: Any) -> Any:
+    """x itself when its last dimension is contiguous, else a contiguous copy."""
+    if isinstance(x, np.ndarray):
+        return x if x.shape[-1] <= 1 or x.strides[-1] == x.itemsize else np.ascontiguousarray(x)
+    return x if x.shape[-1] <= 1 or x.stride(-1) == 1 else x.contiguous()
+
+
 def logical_view(x: Any, layout: str, num_heads: Optional[int], what: str) -> Any:
     """A view of x with axes [batch, heads, seq, head_dim] (strides only)."""
     if layout == "BNSD":

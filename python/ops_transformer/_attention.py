@@ -48,7 +48,7 @@ class Call:
                  v_scale: Any = None, num_heads: Optional[int] = None, num_kv_heads: Optional[int] = None,
                  seq_kv: Optional[int] = None, num_splits: int = 0, tile_q: int = 0, tile_kv: int = 0,
                  threads: int = 0, isa: Optional[str] = None, async_prefetch: Optional[bool] = None,
-                 out_dtype: Optional[str] = None):
+                 out_dtype: Optional[str] = None, copy: bool = False):
         layout = layout.upper()
         if layout not in _arrays.LAYOUTS:
             raise ValueError(f"layout: '{layout}' (expected one of {', '.join(_arrays.LAYOUTS)})")
@@ -64,6 +64,8 @@ class Call:
         kv_heads = num_kv_heads if num_kv_heads is not None else num_heads
         self.kv = _arrays.logical_view(self.k.obj, layout, kv_heads, "k")
         self.vv = _arrays.logical_view(self.v.obj, layout, kv_heads, "v")
+        if copy:  # asked for: views whose head_dim is strided become contiguous copies
+            self.qv, self.kv, self.vv = (_arrays.unit_last_stride(x) for x in (self.qv, self.kv, self.vv))
         varlen = cu_seqlens_q is not None or cu_seqlens_kv is not None
         if varlen and (cu_seqlens_q is None or cu_seqlens_kv is None):
             raise ValueError("cu_seqlens_q and cu_seqlens_kv: give both (packed variable-length sequences) or neither")
@@ -223,7 +225,8 @@ def attention(q: Any, k: Any, v: Any, *, return_lse: bool = False, **options: An
     block_table with block_size (paged K/V), descale_q / descale_k /
     descale_v (FP8), k_scale / v_scale (int8 cache), num_splits, tile_q,
     tile_kv, threads, isa, async_prefetch, out_dtype ("fp32", "fp16" or
-    "bf16" for FP8 inputs).  Returns the output in Q's layout and
+    "bf16" for FP8 inputs), copy (True: inputs whose head_dim is strided
+    are copied; by default they are refused, as nothing is copied unasked).  Returns the output in Q's layout and
     framework, and with return_lse=True also the log-sum-exp (float32
     [batch, heads, seq_q]).  PyTorch tensors that need gradients go through
     the autograd operator.

@@ -24,7 +24,7 @@ _SCALAR_DEFAULTS: Dict[str, Any] = {
     "layout": "BSND", "version": 2, "causal": False, "scale": None, "sparse_mode": None, "pre_tokens": None,
     "next_tokens": None, "window": None, "softcap": 0.0, "dropout_p": 0.0, "dropout_seed": 0, "num_heads": None,
     "num_kv_heads": None, "num_splits": 0, "tile_q": 0, "tile_kv": 0, "threads": 0, "isa": None,
-    "async_prefetch": None, "out_dtype": None,
+    "async_prefetch": None, "out_dtype": None, "copy": False,
 }
 
 

@@ -93,8 +93,11 @@ def test_strided_inputs_are_read_in_place(rng):
     out = ot.attention(q, k, v, causal=True)
     again = ot.attention(np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v), causal=True)
     assert np.array_equal(out, again)
+    strided = randn(rng, (2, 50, 4, 64))[..., ::2]
     with pytest.raises(ValueError, match="head_dim stride must be 1"):
-        ot.attention(q, randn(rng, (2, 50, 4, 64))[..., ::2], v)
+        ot.attention(q, strided, v)
+    copied = ot.attention(q, strided, v, copy=True)  # a copy only when asked for
+    assert np.array_equal(copied, ot.attention(q, np.ascontiguousarray(strided), v))
 
 
 def test_paged_cache_equals_contiguous(rng):
@@ -195,3 +198,25 @@ def test_calls_release_the_gil(rng):
     for t in threads:
         t.join()
     assert results == [True, True]
+
+
+class DlpackOnly:
+    """A tensor of some other framework: nothing but the DLPack protocol."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_any_dlpack_producer_is_read_in_place(rng):
+    q = randn(rng, (1, 33, 4, 32))
+    k = randn(rng, (1, 40, 4, 32))
+    out = ot.attention(DlpackOnly(q), DlpackOnly(k), DlpackOnly(k), causal=True)
+    # This framework has no from_dlpack of its own: the result comes back in NumPy.
+    assert isinstance(out, np.ndarray)
+    assert np.array_equal(out, ot.attention(q, k, k, causal=True))
