@@ -4,6 +4,7 @@ absolute error, max and mean relative error, ulps, Inf and NaN counts, the
 relative L2 error, and Overall PASS/FAIL.
 
   extended_verification.py [OUTPUT [Q [K [V]]]] [--config PATH] [--mask PATH] [--tolerance X]
+  extended_verification.py --in-process [--version N] [Q [K [V]]] [...]
 
 Shapes, dtype, layout and causality come from config.txt beside Q (not the
 guide's constants).  `ulps` is the largest error in units of the output
@@ -17,6 +18,9 @@ quantization error itself, reported, not judged.  Likewise for a quantized
 K/V cache (config kv_dtype, fa2_benchmark --kv-dtype): judged against the
 reference on the cache's dequantized values, and the error against the
 inputs as given (the unquantized cache) reported beside it.
+With --in-process (the Python package ops_transformer importable), the
+output is computed here by the library from the same input files instead of
+read from OUTPUT (see verify_correctness.py).
 Exit status: 0 PASS, 1 FAIL, 2 bad input.
 """
 import argparse
@@ -96,9 +100,12 @@ def main():
     p.add_argument("--config", default=None)
     p.add_argument("--mask", default=None)
     p.add_argument("--tolerance", type=float, default=None)
+    fa_data.add_in_process_arguments(p)
     a = p.parse_args()
+    fa_data.shift_in_process_positionals(p, a)
     try:
-        case = fa_data.load_case(a.output, a.q, a.k, a.v, a.config, a.mask)
+        out = fa_data.in_process_output(a.q, a.k, a.v, a.config, a.mask, a.version) if a.in_process else None
+        case = fa_data.load_case(a.output, a.q, a.k, a.v, a.config, a.mask, out=out)
     except fa_data.InputError as e:
         fa_data.fail_input(str(e))
     cfg = case["cfg"]

@@ -301,6 +301,61 @@ def reference_attention_backward(q, k, v, dout, mask=None, scale=None):
     return dq, dk, dv
 
 
+def in_process_output(q_path, k_path, v_path, config_path, mask_path, version):
+    """The output of the library's own call on the input files, through the
+    Python package: float64 [batch, seq_q, heads * head_dim]."""
+    try:
+        import ops_transformer
+    except ImportError as e:
+        raise InputError(f"--in-process: the Python package ops_transformer is not importable ({e}); "
+                                 "pip install . (or PYTHONPATH=<build>/python)") from None
+    cfg = read_config(config_path or os.path.join(os.path.dirname(os.path.abspath(q_path)), "config.txt"))
+    b, sq, skv = cfg["batch_size"], cfg["seq_len_q"], cfg["seq_len_kv"]
+    h, hkv, d, dtype, layout = cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"], cfg["dtype"], cfg["layout"]
+    if dtype not in ("fp32", "fp16", "bf16") or cfg["kv_dtype"]:
+        raise InputError(f"--in-process: {dtype} inputs{' with a quantized cache' if cfg['kv_dtype'] else ''} "
+                                 "(expected fp32, fp16 or bf16 without kv_dtype; verify fa2_benchmark's file instead)")
+    shape = {"BSH": lambda s, n: (b, s, n * d), "BSND": lambda s, n: (b, s, n, d), "BNSD": lambda s, n: (b, n, s, d)}
+    if layout not in shape:
+        raise InputError(f"--in-process: layout {layout} (expected BSH, BSND or BNSD)")
+    q = load_typed(q_path, dtype, b * sq * h * d, "Q").reshape(shape[layout](sq, h))
+    k = load_typed(k_path, dtype, b * skv * hkv * d, "K").reshape(shape[layout](skv, hkv))
+    v = load_typed(v_path, dtype, b * skv * hkv * d, "V").reshape(shape[layout](skv, hkv))
+    options = dict(layout=layout, num_heads=h, num_kv_heads=hkv, version=version, causal=cfg["causal"])
+    if mask_path is not None:
+        if not os.path.isfile(mask_path):
+            raise InputError(f"mask: file '{mask_path}' not found")
+        options.update(mask=np.fromfile(mask_path, dtype=np.int8).reshape(sq, skv), causal=False)
+    print(f"Running FlashAttention-v{version} in process (ops_transformer, {', '.join(ops_transformer.available_isas())})...")
+    try:
+        out = ops_transformer.attention(q, k, v, **options)
+    except (ValueError, TypeError) as e:
+        raise InputError(f"--in-process: {e}") from None
+    flat = np.asarray(out).reshape(-1).astype(np.float64)
+    return to_bnsd(flat, b, sq, h, d, layout).transpose(0, 2, 1, 3).reshape(b, sq, h * d)
+
+
+def add_in_process_arguments(parser):
+    """--in-process and --version, for the verification scripts."""
+    parser.add_argument("--in-process", action="store_true",
+                        help="compute the output here through the Python package ops_transformer instead of reading "
+                             "OUTPUT (no output file; then give only Q, K and V)")
+    parser.add_argument("--version", type=int, default=2, choices=(1, 2, 3), help="with --in-process: FlashAttention-vN")
+
+
+def shift_in_process_positionals(parser, a):
+    """With --in-process there is no OUTPUT: the positional arguments are Q,
+    K and V (their defaults the same as without it)."""
+    if not a.in_process:
+        return
+    defaults = [parser.get_default(name) for name in ("output", "q", "k", "v")]
+    given = [x for x, default in zip((a.output, a.q, a.k, a.v), defaults) if x != default]
+    if len(given) > 3:
+        fail_input("--in-process: expected at most Q, K and V (no OUTPUT file)")
+    a.output = None
+    a.q, a.k, a.v = given + defaults[1 + len(given):]
+
+
 def load_case(output_path, q_path, k_path, v_path, config_path=None, mask_path=None, out=None):
     """Loads an operator output and its inputs (shapes, dtype, layout and
     causality from config.txt beside Q) and computes the float64 reference.

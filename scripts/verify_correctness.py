@@ -3,6 +3,7 @@
 
   verify_correctness.py [OUTPUT [Q [K [V]]]] [--config PATH] [--mask PATH] [--tolerance X]
                         [--dq DQ --dk DK --dv DV [--do DO]]
+  verify_correctness.py --in-process [--version N] [Q [K [V]]] [--config PATH] [--mask PATH] [--tolerance X]
 
 Shapes, dtype, layout and causality come from config.txt beside the Q file
 (written by gen_fa2_test_data.py), never from constants; for FP8 inputs so do
@@ -63,40 +64,6 @@ def torch_second_opinion(q, k, v, mask, scale):
         bias = torch.from_numpy(np.where(mask, 0.0, -np.inf))
     out = F.scaled_dot_product_attention(tq, tk, tv, attn_mask=bias, scale=scale).numpy()
     return np.nan_to_num(out, nan=0.0), None  # torch gives NaN for fully masked rows; we define them as 0
-
-
-def in_process_output(q_path, k_path, v_path, config_path, mask_path, version):
-    """The output of the library's own call on the input files, through the
-    Python package: float64 [batch, seq_q, heads * head_dim]."""
-    try:
-        import ops_transformer
-    except ImportError as e:
-        raise fa_data.InputError(f"--in-process: the Python package ops_transformer is not importable ({e}); "
-                                 "pip install . (or PYTHONPATH=<build>/python)") from None
-    cfg = fa_data.read_config(config_path or os.path.join(os.path.dirname(os.path.abspath(q_path)), "config.txt"))
-    b, sq, skv = cfg["batch_size"], cfg["seq_len_q"], cfg["seq_len_kv"]
-    h, hkv, d, dtype, layout = cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"], cfg["dtype"], cfg["layout"]
-    if dtype not in ("fp32", "fp16", "bf16") or cfg["kv_dtype"]:
-        raise fa_data.InputError(f"--in-process: {dtype} inputs{' with a quantized cache' if cfg['kv_dtype'] else ''} "
-                                 "(expected fp32, fp16 or bf16 without kv_dtype; verify fa2_benchmark's file instead)")
-    shape = {"BSH": lambda s, n: (b, s, n * d), "BSND": lambda s, n: (b, s, n, d), "BNSD": lambda s, n: (b, n, s, d)}
-    if layout not in shape:
-        raise fa_data.InputError(f"--in-process: layout {layout} (expected BSH, BSND or BNSD)")
-    q = fa_data.load_typed(q_path, dtype, b * sq * h * d, "Q").reshape(shape[layout](sq, h))
-    k = fa_data.load_typed(k_path, dtype, b * skv * hkv * d, "K").reshape(shape[layout](skv, hkv))
-    v = fa_data.load_typed(v_path, dtype, b * skv * hkv * d, "V").reshape(shape[layout](skv, hkv))
-    options = dict(layout=layout, num_heads=h, num_kv_heads=hkv, version=version, causal=cfg["causal"])
-    if mask_path is not None:
-        if not os.path.isfile(mask_path):
-            raise fa_data.InputError(f"mask: file '{mask_path}' not found")
-        options.update(mask=np.fromfile(mask_path, dtype=np.int8).reshape(sq, skv), causal=False)
-    print(f"Running FlashAttention-v{version} in process (ops_transformer, {', '.join(ops_transformer.available_isas())})...")
-    try:
-        out = ops_transformer.attention(q, k, v, **options)
-    except (ValueError, TypeError) as e:
-        raise fa_data.InputError(f"--in-process: {e}") from None
-    flat = np.asarray(out).reshape(-1).astype(np.float64)
-    return fa_data.to_bnsd(flat, b, sq, h, d, layout).transpose(0, 2, 1, 3).reshape(b, sq, h * d)
 
 
 def verify(output_path, q_path, k_path, v_path, config_path=None, mask_path=None, tolerance=None, out=None):
@@ -206,22 +173,11 @@ def main(argv=None):
     p.add_argument("--dk", default=None, help="dK file")
     p.add_argument("--dv", default=None, help="dV file")
     p.add_argument("--do", default=None, help="the dO the gradients were taken of (default: input_dO.bin beside Q)")
-    p.add_argument("--in-process", action="store_true",
-                   help="compute the output here through the Python package ops_transformer instead of reading "
-                        "OUTPUT (no output file; then give only Q, K and V)")
-    p.add_argument("--version", type=int, default=2, choices=(1, 2, 3), help="with --in-process: FlashAttention-vN")
+    fa_data.add_in_process_arguments(p)
     a = p.parse_args(argv)
-    if a.in_process:
-        if a.dq:
-            fa_data.fail_input("--in-process: not with --dq/--dk/--dv (the gradient files come from fa2_benchmark)")
-        # No OUTPUT: the positional arguments are Q, K and V (the defaults
-        # the same as without --in-process).
-        defaults = [p.get_default(name) for name in ("output", "q", "k", "v")]
-        given = [x for x, default in zip((a.output, a.q, a.k, a.v), defaults) if x != default]
-        if len(given) > 3:
-            fa_data.fail_input("--in-process: expected at most Q, K and V (no OUTPUT file)")
-        a.output = None
-        a.q, a.k, a.v = given + defaults[1 + len(given):]
+    if a.in_process and a.dq:
+        fa_data.fail_input("--in-process: not with --dq/--dk/--dv (the gradient files come from fa2_benchmark)")
+    fa_data.shift_in_process_positionals(p, a)
     grads = [a.dq, a.dk, a.dv]
     if any(grads) and not all(grads):
         fa_data.fail_input("--dq, --dk and --dv go together (got " + ", ".join(
@@ -231,7 +187,7 @@ def main(argv=None):
     if a.tolerance is not None and not (a.tolerance > 0 and np.isfinite(a.tolerance)):
         fa_data.fail_input(f"--tolerance: expected a positive number (got {a.tolerance})")
     try:
-        out = in_process_output(a.q, a.k, a.v, a.config, a.mask, a.version) if a.in_process else None
+        out = fa_data.in_process_output(a.q, a.k, a.v, a.config, a.mask, a.version) if a.in_process else None
         ok = verify(a.output, a.q, a.k, a.v, a.config, a.mask, a.tolerance, out=out)
         if a.dq:
             case = fa_data.load_case(a.output, a.q, a.k, a.v, a.config, a.mask)
