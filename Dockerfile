@@ -24,6 +24,7 @@ COPY flash_attention/ flash_attention/
 COPY layer_norm/ layer_norm/
 COPY rope/ rope/
 COPY glu/ glu/
+COPY python/ python/
 COPY examples/ examples/
 COPY tests/ tests/
 COPY bench/ bench/
