@@ -48,10 +48,10 @@ class Array:
         if isinstance(obj, np.ndarray):
             self.kind, self.obj = "numpy", obj
         elif is_torch(obj):
-            import torch
+            torch = sys.modules["torch"]
             if not isinstance(obj, torch.Tensor):
                 raise TypeError(f"{what}: expected an array or tensor, got {type(obj).__name__}")
-            if obj.device.type != "cpu":
+            if not obj.is_cpu:
                 raise ValueError(f"{what}: tensor on {obj.device}, expected a CPU tensor")
             self.kind, self.obj = "torch", obj
         elif hasattr(obj, "__dlpack__"):
@@ -151,10 +151,13 @@ def empty_like(template: Array, shape: Sequence[int], dtype: str) -> Any:
     template's framework (NumPy for other DLPack producers, converted back by
     to_caller)."""
     if template.kind == "torch":
-        import torch
-        table = {v: k for k, v in _TORCH_NAMES.items()}
-        return torch.empty(tuple(shape), dtype=getattr(torch, table[dtype].split(".")[1]))
+        if not _TORCH_BY_NAME:
+            _TORCH_BY_NAME.update({name: dt for dt, name in _torch_by_dtype().items()})
+        return sys.modules["torch"].empty(tuple(shape), dtype=_TORCH_BY_NAME[dtype])
     return np.empty(tuple(shape), dtype=numpy_dtype(dtype))
+
+
+_TORCH_BY_NAME: dict = {}  # library dtype name -> torch dtype, filled on first use
 
 
 def numpy_dtype(dtype: str) -> Any:

@@ -86,12 +86,11 @@ class Call:
         if "bias" in self.arrays and self.arrays["bias"].ndim == 2:
             self.arrays["bias"] = self.arrays["bias"][None]
 
-        p = _core.AttentionParams()
         b, h, s_q, d = self.qv.shape
-        p.num_heads, p.seq_q, p.head_dim = h, s_q, d
-        p.num_kv_heads = self.kv.shape[1]
-        p.batch = len(self.arrays["cu_seqlens_q"]) - 1 if varlen else b
-        p.seq_kv = self.kv.shape[2]
+        # Only what differs from the C++ defaults is set below: each field
+        # set is a crossing into the extension, on the per-call path.
+        p = _core.AttentionParams(len(self.arrays["cu_seqlens_q"]) - 1 if varlen else b, s_q, self.kv.shape[2], h,
+                                  self.kv.shape[1], d)
         if block_table is not None:
             if block_size <= 0:
                 raise ValueError("block_size: required with block_table (a power of two from 16 to 512)")
@@ -100,8 +99,10 @@ class Call:
             p.seq_kv = seq_kv if seq_kv is not None else self.arrays["block_table"].shape[1] * block_size
         elif seq_kv is not None:
             p.seq_kv = seq_kv
-        p.scale = scale
-        p.causal = bool(causal)
+        if scale is not None:
+            p.scale = scale
+        if causal:
+            p.causal = True
         if window is not None:
             left, right = window
             if sparse_mode is not None:
@@ -119,21 +120,33 @@ class Call:
             p.pre_tokens = pre_tokens
         if next_tokens is not None:
             p.next_tokens = next_tokens
-        if not 0.0 <= dropout_p < 1.0:
-            raise ValueError(f"dropout_p: {dropout_p} (expected 0 <= dropout_p < 1)")
-        p.softcap = float(softcap)
-        p.keep_prob = 1.0 - float(dropout_p)
-        p.dropout_seed = int(dropout_seed) & ((1 << 64) - 1)
-        p.num_splits, p.tile_q, p.tile_kv, p.threads = num_splits, tile_q, tile_kv, threads
+        if dropout_p:
+            if not 0.0 <= dropout_p < 1.0:
+                raise ValueError(f"dropout_p: {dropout_p} (expected 0 <= dropout_p < 1)")
+            p.keep_prob = 1.0 - float(dropout_p)
+            p.dropout_seed = int(dropout_seed) & ((1 << 64) - 1)
+        if softcap:
+            p.softcap = float(softcap)
+        if num_splits:
+            p.num_splits = num_splits
+        if tile_q:
+            p.tile_q = tile_q
+        if tile_kv:
+            p.tile_kv = tile_kv
+        if threads:
+            p.threads = threads
         if isa is not None:
             names = {"generic": _core.Isa.GENERIC, "avx2": _core.Isa.AVX2, "avx512": _core.Isa.AVX512,
                      "avx512bf16": _core.Isa.AVX512BF16, "amx": _core.Isa.AMX}
             if isa not in names:
                 raise ValueError(f"isa: '{isa}' (expected one of {', '.join(names)})")
             p.isa = names[isa]
-        p.async_prefetch = async_prefetch
-        # K's strides tell whether a token's K/V heads lie side by side.
-        p.kv_heads_side_by_side = layout != "BNSD"
+        if async_prefetch is not None:
+            p.async_prefetch = async_prefetch
+        # The layout tells whether a token's K/V heads lie side by side (the
+        # forward reads it from K's strides; a plan made without them, here).
+        if layout == "BNSD":
+            p.kv_heads_side_by_side = False
         self.params = p
         self.out_dtype = out_dtype or (self.q.dtype if not self.q.dtype.startswith("fp8") else "bf16")
 

@@ -3,7 +3,7 @@ The library's C++ API (ops_transformer's low-level layer; use the functions of o
 """
 
 import enum
-from typing import Annotated
+from typing import Annotated, overload
 
 import numpy
 from numpy.typing import NDArray
@@ -32,7 +32,11 @@ class Isa(enum.Enum):
     AMX = 4
 
 class AttentionParams:
+    @overload
     def __init__(self) -> None: ...
+
+    @overload
+    def __init__(self, batch: int, seq_q: int, seq_kv: int, num_heads: int, num_kv_heads: int, head_dim: int) -> None: ...
 
     @property
     def batch(self) -> int: ...
@@ -180,6 +184,11 @@ def forward(version: int, params: AttentionParams, q: Annotated[NDArray, dict(de
 def time_forward(version: int, params: AttentionParams, q: Annotated[NDArray, dict(device='cpu', writable=False)], k: Annotated[NDArray, dict(device='cpu', writable=False)], v: Annotated[NDArray, dict(device='cpu', writable=False)], out: Annotated[NDArray, dict(device='cpu')], lse: Annotated[NDArray, dict(device='cpu')] | None, arrays: dict, q_dtype: str, kv_dtype: str, out_dtype: str, runs: int) -> list[float]:
     """
     forward()'s call `runs` times in a C++ loop: each call's seconds (the library's own latency).
+    """
+
+def last_forward_seconds() -> float:
+    """
+    Seconds the library spent in this thread's last forward call (timed in C++ around the entry point).
     """
 
 def backward(params: AttentionParams, q: Annotated[NDArray, dict(device='cpu', writable=False)], k: Annotated[NDArray, dict(device='cpu', writable=False)], v: Annotated[NDArray, dict(device='cpu', writable=False)], out: Annotated[NDArray, dict(device='cpu', writable=False)], lse: Annotated[NDArray, dict(device='cpu')], dout: Annotated[NDArray, dict(device='cpu', writable=False)], dq: Annotated[NDArray, dict(device='cpu')], dk: Annotated[NDArray, dict(device='cpu')], dv: Annotated[NDArray, dict(device='cpu')], dbias: Annotated[NDArray, dict(device='cpu')] | None, dsinks: Annotated[NDArray, dict(device='cpu')] | None, arrays: dict, dtype: str, grad_dtype: str) -> None:

@@ -99,6 +99,11 @@ float* lse_pointer(const std::optional<Out>& lse, const fa::AttentionParams& p) 
   return static_cast<float*>(lse->data());
 }
 
+// Seconds the library spent in this thread's last forward() call, timed in
+// C++ around the entry point alone: what a call from Python costs beyond it
+// is the Python layer's (bench/compare_peers --python).
+thread_local double last_forward_seconds = 0.0;
+
 void forward(int version, fa::AttentionParams p, const In& q, const In& k, const In& v, const Out& o,
              const std::optional<Out>& lse, const nb::dict& arrays, const std::string& q_dtype,
              const std::string& kv_dtype, const std::string& o_dtype) {
@@ -109,12 +114,14 @@ void forward(int version, fa::AttentionParams p, const In& q, const In& k, const
   fa::Status s;
   {
     nb::gil_scoped_release release;
+    const auto start = std::chrono::steady_clock::now();
     switch (version) {
       case 1: s = fa::fa1_forward(p, t); break;
       case 2: s = fa::fa2_forward(p, t); break;
       case 3: s = fa::fa3_forward(p, t); break;
       default: s = fa::Status::Invalid("version: " + std::to_string(version) + " (expected 1, 2 or 3)");
     }
+    last_forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   raise_if_error(s);
 }
@@ -293,6 +300,19 @@ NB_MODULE(_core, m) {
   // beside it (the `arrays` dict of each call), so they live as long as it.
   nb::class_<fa::AttentionParams>(m, "AttentionParams")
       .def(nb::init<>())
+      // The shape in one crossing (the per-call path sets little else).
+      .def("__init__",
+           [](fa::AttentionParams* p, std::int64_t batch, std::int64_t seq_q, std::int64_t seq_kv,
+              std::int64_t num_heads, std::int64_t num_kv_heads, std::int64_t head_dim) {
+             new (p) fa::AttentionParams();
+             p->batch = batch;
+             p->seq_q = seq_q;
+             p->seq_kv = seq_kv;
+             p->num_heads = num_heads;
+             p->num_kv_heads = num_kv_heads;
+             p->head_dim = head_dim;
+           },
+           "batch"_a, "seq_q"_a, "seq_kv"_a, "num_heads"_a, "num_kv_heads"_a, "head_dim"_a)
       .def_rw("batch", &fa::AttentionParams::batch)
       .def_rw("seq_q", &fa::AttentionParams::seq_q)
       .def_rw("seq_kv", &fa::AttentionParams::seq_kv)
@@ -323,6 +343,8 @@ NB_MODULE(_core, m) {
   m.def("time_forward", &time_forward, "version"_a, "params"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
         "arrays"_a, "q_dtype"_a, "kv_dtype"_a, "out_dtype"_a, "runs"_a,
         "forward()'s call `runs` times in a C++ loop: each call's seconds (the library's own latency).");
+  m.def("last_forward_seconds", [] { return last_forward_seconds; },
+        "Seconds the library spent in this thread's last forward call (timed in C++ around the entry point).");
   m.def("backward", &backward, "params"_a, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a,
         "dbias"_a.none(), "dsinks"_a.none(), "arrays"_a, "dtype"_a, "grad_dtype"_a,
         "FlashAttention-2's backward pass into dq, dk, dv (and dbias, dsinks).");
