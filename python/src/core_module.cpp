@@ -104,23 +104,41 @@ float* lse_pointer(const std::optional<Out>& lse, const fa::AttentionParams& p) 
 // is the Python layer's (bench/compare_peers --python).
 thread_local double last_forward_seconds = 0.0;
 
+using ForwardEntry = fa::Status (*)(const fa::AttentionParams&, const fa::AttentionTensors&);
+
+// The version's entry point; ValueError for a version that does not exist.
+ForwardEntry forward_entry(int version) {
+  switch (version) {
+    case 1: return &fa::fa1_forward;
+    case 2: return &fa::fa2_forward;
+    case 3: return &fa::fa3_forward;
+  }
+  throw nb::value_error(("version: " + std::to_string(version) + " (expected 1, 2 or 3)").c_str());
+}
+
+// A forward call's tensors: the views checked, the auxiliary arrays
+// attached to `p`.
+fa::AttentionTensors forward_tensors(fa::AttentionParams* p, const In& q, const In& k, const In& v, const Out& o,
+                                     const std::optional<Out>& lse, const nb::dict& arrays,
+                                     const std::string& q_dtype, const std::string& kv_dtype,
+                                     const std::string& o_dtype) {
+  fa::AttentionTensors t = input_views(q, k, v, q_dtype, kv_dtype);
+  t.o = view_of(o, dtype_named(o_dtype, "out"), "out");
+  attach(arrays, p, &t);
+  t.lse = lse_pointer(lse, *p);
+  return t;
+}
+
 void forward(int version, fa::AttentionParams p, const In& q, const In& k, const In& v, const Out& o,
              const std::optional<Out>& lse, const nb::dict& arrays, const std::string& q_dtype,
              const std::string& kv_dtype, const std::string& o_dtype) {
-  fa::AttentionTensors t = input_views(q, k, v, q_dtype, kv_dtype);
-  t.o = view_of(o, dtype_named(o_dtype, "out"), "out");
-  attach(arrays, &p, &t);
-  t.lse = lse_pointer(lse, p);
+  const ForwardEntry entry = forward_entry(version);
+  const fa::AttentionTensors t = forward_tensors(&p, q, k, v, o, lse, arrays, q_dtype, kv_dtype, o_dtype);
   fa::Status s;
   {
     nb::gil_scoped_release release;
     const auto start = std::chrono::steady_clock::now();
-    switch (version) {
-      case 1: s = fa::fa1_forward(p, t); break;
-      case 2: s = fa::fa2_forward(p, t); break;
-      case 3: s = fa::fa3_forward(p, t); break;
-      default: s = fa::Status::Invalid("version: " + std::to_string(version) + " (expected 1, 2 or 3)");
-    }
+    s = entry(p, t);
     last_forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   raise_if_error(s);
@@ -133,14 +151,8 @@ std::vector<double> time_forward(int version, fa::AttentionParams p, const In& q
                                  const Out& o, const std::optional<Out>& lse, const nb::dict& arrays,
                                  const std::string& q_dtype, const std::string& kv_dtype, const std::string& o_dtype,
                                  int runs) {
-  fa::AttentionTensors t = input_views(q, k, v, q_dtype, kv_dtype);
-  t.o = view_of(o, dtype_named(o_dtype, "out"), "out");
-  attach(arrays, &p, &t);
-  t.lse = lse_pointer(lse, p);
-  if (version < 1 || version > 3) {
-    throw nb::value_error(("version: " + std::to_string(version) + " (expected 1, 2 or 3)").c_str());
-  }
-  auto* entry = version == 1 ? &fa::fa1_forward : version == 2 ? &fa::fa2_forward : &fa::fa3_forward;
+  const ForwardEntry entry = forward_entry(version);
+  const fa::AttentionTensors t = forward_tensors(&p, q, k, v, o, lse, arrays, q_dtype, kv_dtype, o_dtype);
   std::vector<double> seconds;
   seconds.reserve(static_cast<std::size_t>(runs > 0 ? runs : 0));
   fa::Status s;
@@ -241,9 +253,7 @@ nb::tuple reference_grads(fa::AttentionParams p, const In& q, const In& k, const
 
 nb::dict plan(int version, fa::AttentionParams p, const std::string& dtype, const std::string& kv_dtype,
               const nb::dict& arrays) {
-  if (version < 1 || version > 3) {
-    throw nb::value_error(("version: " + std::to_string(version) + " (expected 1, 2 or 3)").c_str());
-  }
+  forward_entry(version);  // the version's check
   fa::AttentionTensors unused;
   attach(arrays, &p, &unused);
   fa::TilePlan tp;
