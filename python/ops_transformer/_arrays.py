@@ -18,6 +18,8 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import _core
+
 try:  # NumPy has no bfloat16 or FP8 of its own: ml_dtypes gives them.
     import ml_dtypes as _ml_dtypes
 except ImportError:  # pragma: no cover - ml_dtypes is a dependency of the package
@@ -73,6 +75,11 @@ _BY_DTYPE: dict = {np.dtype(np.float32): "fp32", np.dtype(np.float16): "fp16", n
 if _ml_dtypes is not None:
     _BY_DTYPE.update({np.dtype(_ml_dtypes.bfloat16): "bf16", np.dtype(_ml_dtypes.float8_e4m3fn): "fp8_e4m3",
                       np.dtype(_ml_dtypes.float8_e5m2): "fp8_e5m2"})
+
+
+# The extension's one-crossing forward call (_core.attention_direct) on
+# NumPy arrays of the dtypes it computes in.
+_core.set_numpy_fast_path({dt: name for dt, name in _BY_DTYPE.items() if name in ("fp32", "fp16", "bf16")})
 
 
 def _torch_by_dtype() -> dict:

@@ -158,13 +158,33 @@ class Call:
         p = self.params
         return (1, p.num_heads, p.seq_q) if self.varlen else (p.batch, p.num_heads, p.seq_q)
 
-    def forward(self, return_lse: bool) -> Any:
-        out = _arrays.empty_like(self.q, self.q.shape, self.out_dtype)
+    def forward(self, return_lse: bool, out: Any = None) -> Any:
+        if out is None:
+            out = _arrays.empty_like(self.q, self.q.shape, self.out_dtype)
+            result = None
+        else:
+            result, out = out, self.checked_out(out)
         lse = _arrays.empty_like(self.q, self.lse_shape(), "fp32") if return_lse else None
         self.forward_into(out, lse)
-        if return_lse:
-            return _arrays.to_caller(self.q, out), _arrays.to_caller(self.q, lse)
-        return _arrays.to_caller(self.q, out)
+        if result is None:
+            result = _arrays.to_caller(self.q, out)
+        return (result, _arrays.to_caller(self.q, lse)) if return_lse else result
+
+    def checked_out(self, out: Any) -> Any:
+        """The caller's `out` as the library writes it: q's shape and
+        framework, the output's dtype."""
+        array = _arrays.Array(out, "out")
+        if array.kind == "dlpack":
+            raise TypeError("out: a NumPy array or a PyTorch tensor expected (other frameworks' arrays are read-only here)")
+        if array.kind != self.q.kind:
+            raise TypeError(f"out: a {array.kind} array, expected one of q's framework ({self.q.kind})")
+        if array.dtype != self.out_dtype:
+            raise TypeError(f"out: dtype {array.dtype}, expected {self.out_dtype}")
+        if array.shape != self.q.shape:
+            raise ValueError(f"out: shape {array.shape}, expected q's {self.q.shape}")
+        if self.q.kind == "torch" and out.requires_grad:
+            raise TypeError("out: a tensor that requires grad (out= is not differentiable)")
+        return array.obj
 
     def forward_into(self, out: Any, lse: Any) -> None:
         heads = self.params.num_heads
@@ -220,7 +240,17 @@ class Call:
         return bsnd.reshape(bsnd.shape[0], bsnd.shape[1], -1)  # BSH
 
 
-def attention(q: Any, k: Any, v: Any, *, return_lse: bool = False, **options: Any) -> Any:
+_torch_ops: Any = None  # ops_transformer.torch_ops once a call has brought PyTorch tensors
+
+
+def _load_torch_ops() -> Any:
+    global _torch_ops
+    from . import torch_ops
+    _torch_ops = torch_ops
+    return torch_ops
+
+
+def attention(q: Any, k: Any, v: Any, *, return_lse: bool = False, out: Any = None, **options: Any) -> Any:
     """softmax(scale * Q Kᵀ + masks and modifiers) V, by FlashAttention version
     `version` (1, 2 or 3; default 2).
 
@@ -239,16 +269,30 @@ def attention(q: Any, k: Any, v: Any, *, return_lse: bool = False, **options: An
     descale_v (FP8), k_scale / v_scale (int8 cache), num_splits, tile_q,
     tile_kv, threads, isa, async_prefetch, out_dtype ("fp32", "fp16" or
     "bf16" for FP8 inputs), copy (True: inputs whose head_dim is strided
-    are copied; by default they are refused, as nothing is copied unasked).  Returns the output in Q's layout and
-    framework, and with return_lse=True also the log-sum-exp (float32
-    [batch, heads, seq_q]).  PyTorch tensors that need gradients go through
-    the autograd operator.
+    are copied; by default they are refused, as nothing is copied unasked).
+    Returns the output in Q's layout and framework (written into `out`
+    when given: an array of Q's shape and framework and the output dtype,
+    which saves the allocation), and with return_lse=True also the
+    log-sum-exp (float32 [batch, heads, seq_q]).  PyTorch tensors that need
+    gradients go through the autograd operator (not with `out`).
     """
-    if _arrays.is_torch(q):
-        from . import torch_ops
-        if torch_ops.wants_autograd_op(q, k, v, options):
-            return torch_ops.attention(q, k, v, return_lse=return_lse, **options)
-    return Call(q, k, v, **options).forward(return_lse)
+    # The everyday call (NumPy arrays, or tensors that need no gradient, with
+    # the common keywords) in one crossing into the extension, which answers
+    # None for anything else: the general path below.  Each step here runs
+    # with cold caches after a long call, so the checks are as few as can be.
+    if type(q) is np.ndarray:
+        result = _core.attention_direct(q, k, v, return_lse, out, options)
+        if result is not None:
+            return result
+    elif _torch_ops is not None or _arrays.is_torch(q):
+        torch_ops = _torch_ops or _load_torch_ops()
+        if not torch_ops.compiling():  # torch.compile traces the operator, never the extension
+            result = _core.attention_direct(q, k, v, return_lse, out, options)
+            if result is not None:
+                return result
+        if _arrays.is_torch(q) and torch_ops.wants_autograd_op(q, k, v, options):
+            return torch_ops.attention_into(q, k, v, return_lse, out, options)
+    return Call(q, k, v, **options).forward(return_lse, out)
 
 
 def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, grad_dtype: Optional[str] = None,

@@ -247,5 +247,20 @@ has_rope: bool = True
 
 has_glu: bool = True
 
+def set_numpy_fast_path(dtypes: dict) -> None:
+    """
+    Enables attention_direct on NumPy arrays of these dtypes (dtype -> 'fp32', 'fp16' or 'bf16').
+    """
+
+def set_torch_fast_path(tensor_type: object, to_dlpack: object, from_dlpack: object) -> None:
+    """
+    Enables attention_direct on plain CPU tensors (torch.Tensor and its DLPack converters).
+    """
+
+def attention_direct(q: object, k: object, v: object, return_lse: bool, out: object | None, options: dict) -> object:
+    """
+    ops_transformer.attention's everyday call in one crossing, or None where the general path must take it.
+    """
+
 def select_isa(params: AttentionParams) -> str:
     """The kernel path a forward call with these parameters would run."""

@@ -16,8 +16,10 @@ import json
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
+import torch.utils.dlpack
 
 from . import _attention
+from . import _core
 
 _TENSOR_OPTIONS = ("mask", "bias", "alibi_slopes", "sinks", "cu_seqlens_q", "cu_seqlens_kv")
 _SCALAR_DEFAULTS: Dict[str, Any] = {
@@ -26,6 +28,21 @@ _SCALAR_DEFAULTS: Dict[str, Any] = {
     "num_kv_heads": None, "num_splits": 0, "tile_q": 0, "tile_kv": 0, "threads": 0, "isa": None,
     "async_prefetch": None, "out_dtype": None, "copy": False,
 }
+
+
+# Whether torch.compile (dynamo) is tracing this call: the one-crossing call
+# must not run then, as dynamo cannot trace into the extension.  Dynamo
+# answers True for is_dynamo_compiling as it traces; the function itself is
+# cheaper than is_compiling (no TorchScript check).  Other tracers hand over
+# tensor subclasses, which the one-crossing call declines by type.
+compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
+
+# Plain CPU tensors that need no gradient go to the library in one crossing
+# (_core.attention_direct) when torch.compile is not tracing the call.
+# (torch._C._from_dlpack is what torch.utils.dlpack.from_dlpack calls on a
+# capsule, without its Python frame; the public function where it is gone.)
+_core.set_torch_fast_path(torch.Tensor, torch.utils.dlpack.to_dlpack,
+                          getattr(torch._C, "_from_dlpack", torch.utils.dlpack.from_dlpack))
 
 
 def wants_autograd_op(q: Any, k: Any, v: Any, options: Dict[str, Any]) -> bool:
@@ -157,3 +174,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, return_lse: 
     tensors, encoded = _encode(options)
     out, lse = _attention_op(q, k, v, *tensors, encoded)
     return (out, lse) if return_lse else out
+
+
+def attention_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_lse: bool, out: Optional[torch.Tensor],
+                   options: Dict[str, Any]) -> Any:
+    """attention() through the operator, its result copied into `out` where
+    one is given (torch.compile traces the copy; a call that needs a
+    gradient refuses `out`, as PyTorch's own out= arguments do)."""
+    if out is None:
+        return attention(q, k, v, return_lse=return_lse, **options)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                       for t in (q, k, v, options.get("bias"), options.get("sinks"))):
+        raise TypeError("out: not with tensors that need a gradient (out= is not differentiable)")
+    result = attention(q, k, v, return_lse=return_lse, **options)
+    value = result[0] if return_lse else result
+    if not isinstance(out, torch.Tensor) or out.dtype != value.dtype or tuple(out.shape) != tuple(value.shape):
+        raise TypeError(f"out: expected a {value.dtype} tensor of shape {tuple(value.shape)}")
+    out.copy_(value)
+    return (out, result[1]) if return_lse else out

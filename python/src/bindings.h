@@ -120,7 +120,15 @@ inline nb::ndarray<nb::numpy, double> numpy_f64(std::unique_ptr<double[]> data, 
 
 inline std::unique_ptr<double[]> zeros(std::size_t n) { return std::unique_ptr<double[]>(new double[n > 0 ? n : 1]()); }
 
+// Seconds the library spent in this thread's last forward call, timed in
+// C++ around the entry point alone: what a call from Python costs beyond it
+// is the Python layer's (bench/compare_peers --python).
+extern thread_local double last_forward_seconds;
+
 // The other operators' functions (operators_module.cpp).
 void bind_operators(nb::module_& m);
+
+// The everyday attention call in one crossing (direct_call.cpp).
+void bind_direct_call(nb::module_& m);
 
 }  // namespace fa_py

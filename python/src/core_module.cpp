@@ -29,6 +29,10 @@ namespace nb = nanobind;
 using namespace nb::literals;
 using namespace fa_py;
 
+namespace fa_py {
+thread_local double last_forward_seconds = 0.0;
+}  // namespace fa_py
+
 namespace {
 
 std::int64_t length_of(const nb::handle& value, std::size_t axis) {
@@ -98,11 +102,6 @@ float* lse_pointer(const std::optional<Out>& lse, const fa::AttentionParams& p) 
   }
   return static_cast<float*>(lse->data());
 }
-
-// Seconds the library spent in this thread's last forward() call, timed in
-// C++ around the entry point alone: what a call from Python costs beyond it
-// is the Python layer's (bench/compare_peers --python).
-thread_local double last_forward_seconds = 0.0;
 
 using ForwardEntry = fa::Status (*)(const fa::AttentionParams&, const fa::AttentionTensors&);
 
@@ -369,6 +368,7 @@ NB_MODULE(_core, m) {
   m.def("cpu_features", &fa::cpu_isa_features, "The instruction-set features the library detected on this CPU.");
   m.def("default_thread_count", &fa::default_thread_count, "Threads a call with threads=0 uses.");
   bind_operators(m);
+  bind_direct_call(m);
   m.def("select_isa", [](const fa::AttentionParams& p) {
     fa::Isa isa;
     raise_if_error(fa::select_isa(p, &isa));

@@ -220,3 +220,88 @@ def test_any_dlpack_producer_is_read_in_place(rng):
     # This framework has no from_dlpack of its own: the result comes back in NumPy.
     assert isinstance(out, np.ndarray)
     assert np.array_equal(out, ot.attention(q, k, k, causal=True))
+    with pytest.raises(TypeError, match="out: a NumPy array or a PyTorch tensor"):
+        ot.attention(DlpackOnly(q), DlpackOnly(k), DlpackOnly(k), out=DlpackOnly(np.empty_like(q)))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("layout", ["BSND", "BNSD", "BSH"])
+def test_everyday_call_takes_one_crossing_with_the_same_bits(rng, dtype, layout):
+    """The everyday call (the common keywords on NumPy arrays) runs in one
+    crossing into the extension (_core.attention_direct), and gives the
+    general path's bits, output and LSE, allocated or written into out=."""
+    from ops_transformer import _core
+    from ops_transformer._attention import Call
+    b, sq, skv, h, hkv, d = 2, int(rng.integers(1, 70)), int(rng.integers(1, 90)), 4, 2, 8 * int(rng.integers(1, 17))
+    q, k, v = (to_layout(randn(rng, (b, s, n, d), dtype), layout) for s, n in ((sq, h), (skv, hkv), (skv, hkv)))
+    options = dict(layout=layout, causal=bool(rng.integers(0, 2)), num_heads=h, num_kv_heads=hkv,
+                   scale=float(rng.uniform(0.05, 0.3)), version=int(rng.integers(1, 4)) if hkv == h else 2)
+    direct = _core.attention_direct(q, k, v, True, None, options)
+    assert direct is not None, "the everyday call fell back to the general path"
+    general = Call(q, k, v, **options).forward(True)
+    assert direct[0].dtype == general[0].dtype and direct[0].shape == general[0].shape
+    assert np.array_equal(direct[0].view(np.uint8), general[0].view(np.uint8))
+    assert np.array_equal(direct[1], general[1])
+    out = np.full_like(q, np.nan)
+    assert ot.attention(q, k, v, out=out, **options) is out
+    assert np.array_equal(out.view(np.uint8), general[0].view(np.uint8))
+
+
+def test_drop_in_signatures_take_the_one_crossing_call(rng, monkeypatch):
+    """flash_attn_func and scaled_dot_product_attention pass their unused
+    features at "off" values: those calls still cross once, with the
+    general path's bits."""
+    from ops_transformer import _attention, compat
+    q = randn(rng, (2, 33, 4, 32), "bf16")
+    k = randn(rng, (2, 40, 2, 32), "bf16")
+    qt, kt = np.swapaxes(q, 1, 2), np.swapaxes(k, 1, 2)
+    want_fa = _attention.Call(q, k, k, causal=True).forward(False)
+    want_sdpa = _attention.Call(qt, kt, kt, layout="BNSD", sparse_mode="causal_top_left").forward(False)
+
+    def general_path(*args, **kwargs):
+        raise AssertionError("took the general path")
+
+    monkeypatch.setattr(_attention, "Call", general_path)
+    assert np.array_equal(ot.flash_attn_func(q, k, k, causal=True).view(np.uint16), want_fa.view(np.uint16))
+    got = compat.scaled_dot_product_attention(qt, kt, kt, is_causal=True, enable_gqa=True)
+    assert np.array_equal(got.view(np.uint16), want_sdpa.view(np.uint16))
+
+
+def test_everyday_call_leaves_the_rest_to_the_general_path(rng):
+    """What the one-crossing call does not recognise it declines (None), so
+    the general path decides: other keywords, subclasses, a strided or
+    reversed head_dim, mixed K/V dtypes, an out= it cannot take."""
+    from ops_transformer import _core
+
+    class Sub(np.ndarray):
+        pass
+
+    q = randn(rng, (1, 12, 2, 32))
+    declined = [
+        ((q, q, q), dict(window=(2, 2))),
+        ((q, q, q), dict(softcap=30.0)),
+        ((q, q, q), dict(dropout_p=0.1)),
+        ((q, q, q), dict(sparse_mode="band")),
+        ((q, q, q), dict(mask=np.ones((12, 12), bool))),
+        ((q, q, q), dict(layout="bsnd")),
+        ((q, q, q), dict(causal=1)),
+        ((q, q, q), dict(layout="BSH")),  # no num_heads: the general path's message
+        ((q.view(Sub), q, q), {}),
+        ((q[..., ::2], q[..., ::2], q[..., ::2]), {}),
+        ((q[..., ::-1], q, q), {}),
+        ((q, q, q.astype(np.float16)), {}),
+        ((q.astype(np.float64), q, q), {}),
+    ]
+    for args, options in declined:
+        assert _core.attention_direct(*args, False, None, options) is None, options
+    for out in (np.empty((1, 12, 2, 16), np.float32), np.empty_like(q, np.float16), [0.0]):
+        assert _core.attention_direct(q, q, q, False, out, {}) is None
+    with pytest.raises(ValueError, match="out: shape"):
+        ot.attention(q, q, q, out=np.empty((1, 12, 2, 16), np.float32))
+    with pytest.raises(TypeError, match="out: dtype"):
+        ot.attention(q, q, q, out=np.empty_like(q, np.float16))
+    # An out= whose rows are strided (its head_dim contiguous) is written in place.
+    wide = np.zeros((1, 12, 2, 64), np.float32)
+    ot.attention(q, q, q, out=wide[..., 16:48])
+    assert np.array_equal(wide[..., 16:48], ot.attention(q, q, q))
+    assert not wide[..., :16].any() and not wide[..., 48:].any()

@@ -160,3 +160,54 @@ def test_training_example_matches_sdpa():
     ours, theirs = train(steps=4, use_ops_transformer=True), train(steps=4, use_ops_transformer=False)
     assert len(ours) == 4
     assert np.allclose(ours, theirs, rtol=1e-4, atol=1e-5), (ours, theirs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_everyday_call_on_tensors_takes_one_crossing(dtype):
+    """Tensors that need no gradient run in one crossing (DLPack in and out),
+    with the general path's bits; a tensor that needs one, and an out= on
+    such a call, are the autograd operator's business."""
+    from ops_transformer import _core
+    from ops_transformer._attention import Call
+    q, k, v = (torch.randn(2, 4, s, 32, dtype=dtype) for s in (19, 23, 23))
+    options = dict(layout="BNSD", causal=True)
+    out, lse = _core.attention_direct(q, k, v, True, None, options)
+    want, want_lse = Call(q, k, v, **options).forward(True)
+    assert out.dtype == dtype and out.is_contiguous() and torch.equal(out, want) and torch.equal(lse, want_lse)
+    target = torch.empty_like(q)
+    assert ot.attention(q, k, v, out=target, **options) is target and torch.equal(target, want)
+    grad_q = q.clone().requires_grad_(True)
+    assert _core.attention_direct(grad_q, k, v, False, None, options) is None
+    assert _core.attention_direct(q.transpose(2, 3), k, v, False, None, options) is None  # strided head_dim
+    with pytest.raises(TypeError, match="out"):
+        ot.attention(grad_q, k, v, out=target, **options)
+    with torch.no_grad():
+        assert torch.equal(ot.attention(grad_q, k, v, out=target, **options), want)
+
+
+def test_torch_compile_inference_with_out():
+    """Under torch.compile a call that needs no gradient still goes through
+    the operator (the extension cannot be traced), out= included."""
+    q = torch.randn(1, 16, 4, 32)
+
+    def block(q, out):
+        return ot.attention(q * 2.0, q, q, causal=True, out=out).sum()
+
+    out = torch.empty_like(q)
+    got = torch.compile(block, backend="aot_eager", fullgraph=True)(q, out)
+    assert torch.allclose(got, block(q, torch.empty_like(q)))
+    assert torch.equal(out, ot.attention(q * 2.0, q, q, causal=True))
+
+
+def test_torch_compile_as_the_first_call():
+    """A fresh process whose first call of the package is inside
+    torch.compile(fullgraph=True): the lazy set-up of the tensor path must
+    be traceable."""
+    import subprocess
+    import sys
+    code = ("import torch, ops_transformer as ot\n"
+            "q = torch.randn(1, 8, 2, 16)\n"
+            "f = torch.compile(lambda q: ot.attention(q, q, q, causal=True), backend='aot_eager', fullgraph=True)\n"
+            "assert torch.allclose(f(q), ot.attention(q, q, q, causal=True))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
