@@ -6,6 +6,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <new>
@@ -124,6 +125,31 @@ inline std::unique_ptr<double[]> zeros(std::size_t n) { return std::unique_ptr<d
 // C++ around the entry point alone: what a call from Python costs beyond it
 // is the Python layer's (bench/compare_peers --python).
 extern thread_local double last_forward_seconds;
+
+using ForwardEntry = fa::Status (*)(const fa::AttentionParams&, const fa::AttentionTensors&);
+
+// The version's entry point; ValueError for a version that does not exist.
+inline ForwardEntry forward_entry(int version) {
+  switch (version) {
+    case 1: return &fa::fa1_forward;
+    case 2: return &fa::fa2_forward;
+    case 3: return &fa::fa3_forward;
+  }
+  throw nb::value_error(("version: " + std::to_string(version) + " (expected 1, 2 or 3)").c_str());
+}
+
+// One forward call with the GIL released, its own time kept in
+// last_forward_seconds; a Status other than OK raises.
+inline void run_forward(ForwardEntry entry, const fa::AttentionParams& p, const fa::AttentionTensors& t) {
+  fa::Status s;
+  {
+    nb::gil_scoped_release release;
+    const auto start = std::chrono::steady_clock::now();
+    s = entry(p, t);
+    last_forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  raise_if_error(s);
+}
 
 // The other operators' functions (operators_module.cpp).
 void bind_operators(nb::module_& m);

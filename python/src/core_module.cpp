@@ -103,18 +103,6 @@ float* lse_pointer(const std::optional<Out>& lse, const fa::AttentionParams& p) 
   return static_cast<float*>(lse->data());
 }
 
-using ForwardEntry = fa::Status (*)(const fa::AttentionParams&, const fa::AttentionTensors&);
-
-// The version's entry point; ValueError for a version that does not exist.
-ForwardEntry forward_entry(int version) {
-  switch (version) {
-    case 1: return &fa::fa1_forward;
-    case 2: return &fa::fa2_forward;
-    case 3: return &fa::fa3_forward;
-  }
-  throw nb::value_error(("version: " + std::to_string(version) + " (expected 1, 2 or 3)").c_str());
-}
-
 // A forward call's tensors: the views checked, the auxiliary arrays
 // attached to `p`.
 fa::AttentionTensors forward_tensors(fa::AttentionParams* p, const In& q, const In& k, const In& v, const Out& o,
@@ -133,14 +121,7 @@ void forward(int version, fa::AttentionParams p, const In& q, const In& k, const
              const std::string& kv_dtype, const std::string& o_dtype) {
   const ForwardEntry entry = forward_entry(version);
   const fa::AttentionTensors t = forward_tensors(&p, q, k, v, o, lse, arrays, q_dtype, kv_dtype, o_dtype);
-  fa::Status s;
-  {
-    nb::gil_scoped_release release;
-    const auto start = std::chrono::steady_clock::now();
-    s = entry(p, t);
-    last_forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
-  raise_if_error(s);
+  run_forward(entry, p, t);
 }
 
 // The same call as forward(), `runs` times in a C++ loop, each timed with

@@ -27,7 +27,6 @@
 #include <numpy/arrayobject.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -405,15 +404,7 @@ nb::object attention_direct(nb::handle q, nb::handle k, nb::handle v, bool retur
     t.lse = static_cast<float*>(data);
   }
 
-  const auto entry = o.version == 1 ? &fa::fa1_forward : o.version == 3 ? &fa::fa3_forward : &fa::fa2_forward;
-  fa::Status s;
-  {
-    nb::gil_scoped_release release;
-    const auto start = std::chrono::steady_clock::now();
-    s = entry(p, t);
-    last_forward_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
-  raise_if_error(s);
+  run_forward(forward_entry(o.version), p, t);
   if (return_lse) return nb::make_tuple(result, lse);
   return result;
 }
