@@ -53,8 +53,9 @@ struct NumpyPath {
 struct TorchPath {
   PyTypeObject* tensor_type = nullptr;  // torch.Tensor, exact (subclasses take the general path)
   PyObject* to_dlpack = nullptr;        // torch.utils.dlpack.to_dlpack
-  PyObject* from_dlpack = nullptr;      // torch.utils.dlpack.from_dlpack
-  PyObject* requires_grad = nullptr;    // the attribute's name
+  PyObject* from_dlpack = nullptr;      // its DLPack import (torch._C._from_dlpack)
+  PyObject* requires_grad = nullptr;    // the names of an attribute and a method
+  PyObject* is_neg = nullptr;
 };
 NumpyPath* numpy_path = nullptr;
 TorchPath* torch_path = nullptr;
@@ -109,6 +110,16 @@ bool read_torch(PyObject* obj, Raw* r) {
   const bool needs_grad = grad == Py_True;
   Py_DECREF(grad);
   if (needs_grad) return false;  // the autograd operator's call
+  // A negated view (torch._neg_view) exports its memory un-negated through
+  // DLPack: the general path resolves it.
+  PyObject* negated = PyObject_CallMethodNoArgs(obj, torch_path->is_neg);
+  if (!negated) {
+    PyErr_Clear();
+    return false;
+  }
+  const bool is_negated = negated != Py_False;
+  Py_DECREF(negated);
+  if (is_negated) return false;
   // Shape, strides, dtype, device and data in one call, with the exporter's
   // own checks (dense tensors only).
   PyObject* capsule = PyObject_CallOneArg(torch_path->to_dlpack, obj);
@@ -195,8 +206,12 @@ nb::object allocate_torch(const std::int64_t* shape, int ndim, fa::DType dtype, 
   owned->managed.deleter = &free_owned;
   // A capsule nobody consumed frees the tensor itself.
   PyObject* capsule = PyCapsule_New(&owned->managed, "dltensor", [](PyObject* c) {
-    if (auto* mt = static_cast<ManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"))) mt->deleter(mt);
-    else PyErr_Clear();
+    // Renamed once consumed (the importer then owns the tensor); checked
+    // without PyCapsule_GetPointer, which would set an exception here.
+    if (PyCapsule_IsValid(c, "dltensor")) {
+      auto* mt = static_cast<ManagedTensor*>(PyCapsule_GetPointer(c, "dltensor"));
+      mt->deleter(mt);
+    }
   });
   if (!capsule) {
     free_owned(&owned->managed);
@@ -435,6 +450,7 @@ void bind_direct_call(nb::module_& m) {
           path->to_dlpack = to_dlpack.inc_ref().ptr();
           path->from_dlpack = from_dlpack.inc_ref().ptr();
           path->requires_grad = PyUnicode_InternFromString("requires_grad");
+          path->is_neg = PyUnicode_InternFromString("is_neg");
           torch_path = path;
         },
         "tensor_type"_a, "to_dlpack"_a, "from_dlpack"_a,

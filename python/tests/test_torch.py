@@ -183,6 +183,10 @@ def test_everyday_call_on_tensors_takes_one_crossing(dtype):
         ot.attention(grad_q, k, v, out=target, **options)
     with torch.no_grad():
         assert torch.equal(ot.attention(grad_q, k, v, out=target, **options), want)
+    # A negated view (whose memory DLPack hands over un-negated) is resolved.
+    negated = torch._neg_view(-q)
+    assert _core.attention_direct(negated, k, v, False, None, options) is None
+    assert torch.equal(ot.attention(negated, k, v, **options), want)
 
 
 def test_torch_compile_inference_with_out():
