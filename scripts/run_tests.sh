@@ -77,8 +77,6 @@ if [ "$SANITIZE" = 1 ]; then
   cmake -S "$REPO" -B "$BUILD-sanitize" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DENABLE_FLASH_ATTENTION=ON \
         -DFLASH_ATTENTION_VERSION=all -DENABLE_BENCHMARK=OFF -DENABLE_TESTS=ON \
         -DFA_SANITIZE=ON -DFA_AMX_EMULATION=ON -DFA_TARGET=host
-  mapfile -t programs < <(ctest --test-dir "$BUILD-sanitize" -N -V -L 'unit|driver' |
-                          sed -n 's/^.*Test command: \([^ ]*\).*$/\1/p' | xargs -n1 basename | sort -u)
-  cmake --build "$BUILD-sanitize" -j "$JOBS" --target "${programs[@]}"
+  cmake --build "$BUILD-sanitize" -j "$JOBS" --target unit_and_driver_programs
   ctest --test-dir "$BUILD-sanitize" -j "$JOBS" --output-on-failure --timeout 900 -L 'unit|driver'
 fi

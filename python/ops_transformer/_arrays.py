@@ -56,8 +56,6 @@ class Array:
             if not obj.is_cpu:
                 raise ValueError(f"{what}: tensor on {obj.device}, expected a CPU tensor")
             if obj.is_neg():  # a negated view: DLPack would hand over its memory un-negated
-                if what == "out":
-                    raise TypeError("out: a negated view (resolve_neg() it, or pass a plain tensor)")
                 obj = obj.resolve_neg()
             self.kind, self.obj = "torch", obj
         elif hasattr(obj, "__dlpack__"):

@@ -173,6 +173,8 @@ class Call:
     def checked_out(self, out: Any) -> Any:
         """The caller's `out` as the library writes it: q's shape and
         framework, the output's dtype."""
+        if _arrays.is_torch(out) and out.is_neg():  # written through a resolved copy, it would stay unwritten
+            raise TypeError("out: a negated view (pass a plain tensor)")
         array = _arrays.Array(out, "out")
         if array.kind == "dlpack":
             raise TypeError("out: a NumPy array or a PyTorch tensor expected (other frameworks' arrays are read-only here)")

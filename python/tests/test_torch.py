@@ -187,6 +187,8 @@ def test_everyday_call_on_tensors_takes_one_crossing(dtype):
     negated = torch._neg_view(-q)
     assert _core.attention_direct(negated, k, v, False, None, options) is None
     assert torch.equal(ot.attention(negated, k, v, **options), want)
+    with pytest.raises(TypeError, match="out: a negated view"):
+        ot.attention(q, k, v, out=torch._neg_view(target), **options)
 
 
 def test_torch_compile_inference_with_out():
