@@ -54,6 +54,11 @@ def wants_autograd_op(q: Any, k: Any, v: Any, options: Dict[str, Any]) -> bool:
         return False
     if torch.compiler.is_compiling():
         return True
+    return _needs_grad(q, k, v, options)
+
+
+def _needs_grad(q: Any, k: Any, v: Any, options: Dict[str, Any]) -> bool:
+    """Whether autograd may ask a gradient of q, k, v, the bias or the sinks."""
     if not torch.is_grad_enabled():
         return False
     return any(isinstance(t, torch.Tensor) and t.requires_grad
@@ -183,8 +188,7 @@ def attention_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, return_lse
     gradient refuses `out`, as PyTorch's own out= arguments do)."""
     if out is None:
         return attention(q, k, v, return_lse=return_lse, **options)
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
-                                       for t in (q, k, v, options.get("bias"), options.get("sinks"))):
+    if _needs_grad(q, k, v, options):
         raise TypeError("out: not with tensors that need a gradient (out= is not differentiable)")
     result = attention(q, k, v, return_lse=return_lse, **options)
     value = result[0] if return_lse else result

@@ -186,7 +186,9 @@ nb::object allocate_torch(const std::int64_t* shape, int ndim, fa::DType dtype, 
   std::size_t bytes = fa::dtype_size(dtype);
   for (int i = 0; i < ndim; ++i) bytes *= static_cast<std::size_t>(shape[i]);
   // 64-byte lines, as PyTorch's own CPU allocator aligns.
-  void* memory = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+  // (aligned_alloc wants a multiple of the alignment, and an empty output
+  // still gets a line.)
+  void* memory = std::aligned_alloc(64, std::max<std::size_t>(64, (bytes + 63) / 64 * 64));
   if (!memory) throw std::bad_alloc();
   auto* owned = new (std::nothrow) OwnedTensor{};
   if (!owned) {
@@ -258,8 +260,7 @@ struct Options {
   int version = 2;
   bool causal = false;
   std::optional<fa::SparseMode> sparse_mode;
-  bool has_scale = false;
-  double scale = 0.0;
+  std::optional<float> scale;
   std::int64_t num_heads = 0, num_kv_heads = 0;  // 0: not given
   int threads = 0;
 };
@@ -274,6 +275,13 @@ bool is_off(PyObject* value) {
     return PyLong_AsLongLongAndOverflow(value, &overflow) == 0 && !overflow;
   }
   return false;
+}
+
+// A str's text, or nullptr (with no exception left set) for anything else.
+const char* text_of(PyObject* value) {
+  const char* text = PyUnicode_Check(value) ? PyUnicode_AsUTF8(value) : nullptr;
+  if (!text) PyErr_Clear();
+  return text;
 }
 
 bool exact_int(PyObject* value, std::int64_t* out) {
@@ -294,18 +302,12 @@ bool read_options(PyObject* options, Options* o) {
   Py_ssize_t pos = 0;
   PyObject *key, *value;
   while (PyDict_Next(options, &pos, &key, &value)) {
-    const char* name = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
-    if (!name) {
-      PyErr_Clear();
-      return false;
-    }
+    const char* name = text_of(key);
+    if (!name) return false;
     std::int64_t number = 0;
     if (std::strcmp(name, "layout") == 0) {
-      const char* text = PyUnicode_Check(value) ? PyUnicode_AsUTF8(value) : nullptr;
-      if (!text) {
-        PyErr_Clear();
-        return false;
-      }
+      const char* text = text_of(value);
+      if (!text) return false;
       if (std::strcmp(text, "BSND") == 0) o->layout = LayoutCode::kBsnd;
       else if (std::strcmp(text, "BNSD") == 0) o->layout = LayoutCode::kBnsd;
       else if (std::strcmp(text, "BSH") == 0) o->layout = LayoutCode::kBsh;
@@ -319,8 +321,7 @@ bool read_options(PyObject* options, Options* o) {
     } else if (std::strcmp(name, "scale") == 0) {
       if (value == Py_None) continue;
       if (!PyFloat_CheckExact(value)) return false;
-      o->has_scale = true;
-      o->scale = PyFloat_AS_DOUBLE(value);
+      o->scale = static_cast<float>(PyFloat_AS_DOUBLE(value));
     } else if (std::strcmp(name, "num_heads") == 0 || std::strcmp(name, "num_kv_heads") == 0) {
       if (value == Py_None) continue;
       if (!exact_int(value, &number) || number <= 0) return false;
@@ -331,11 +332,8 @@ bool read_options(PyObject* options, Options* o) {
     } else if (std::strcmp(name, "sparse_mode") == 0) {
       // The modes that need no band or mask (SDPA's is_causal is top-left).
       if (value == Py_None) continue;
-      const char* text = PyUnicode_Check(value) ? PyUnicode_AsUTF8(value) : nullptr;
-      if (!text) {
-        PyErr_Clear();
-        return false;
-      }
+      const char* text = text_of(value);
+      if (!text) return false;
       if (std::strcmp(text, "causal_top_left") == 0) o->sparse_mode = fa::SparseMode::kCausalTopLeft;
       else if (std::strcmp(text, "causal_bottom_right") == 0) o->sparse_mode = fa::SparseMode::kCausalBottomRight;
       else if (std::strcmp(text, "all") == 0) o->sparse_mode = fa::SparseMode::kAll;
@@ -391,7 +389,7 @@ nb::object attention_direct(nb::handle q, nb::handle k, nb::handle v, bool retur
   p.seq_kv = t.k.shape[2];
   p.causal = o.causal;
   p.sparse_mode = o.sparse_mode;
-  if (o.has_scale) p.scale = static_cast<float>(o.scale);
+  p.scale = o.scale;
   p.threads = o.threads;
   if (o.layout == LayoutCode::kBnsd) p.kv_heads_side_by_side = false;
 
