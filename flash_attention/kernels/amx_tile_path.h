@@ -239,6 +239,7 @@ struct AmxProducts {
   static constexpr bool kHandles = DT == DType::kBF16 || DT == DType::kF16 || is_fp8(DT);
   static constexpr int kOutDimStep = 32;  // Oᵀ rows per pair of 16-row A tiles (block_2x2)
   static constexpr int kReduceStep = 32;  // Q·Kᵀ's dims: a whole A tile's 32 at a time
+  static constexpr int kRowStep = 16;     // B tiles of 16 rows
   static constexpr bool kReadsKInPlace = false;  // tile loads want K's A tiles packed
   // The tile unit works beside the AVX-512 softmax: FA3's pair schedule
   // has something to overlap.

@@ -91,8 +91,42 @@ inline void dot_block(const std::uint32_t* a, std::int64_t a_row, const std::uin
 // 32 registers).
 inline constexpr int kDotRows = 8, kDotVecs = 3;
 
+// The same product over the first 8 query rows of one B vector, on 256-bit
+// VDPBF16PS: a tile whose rows end 1 to 8 past a multiple of 16 (a packed
+// GQA group of 20 or 24 rows: 32/8 at 5-6 queries, 64/8 at 3) would idle
+// half of its last vector's lanes in every 512-bit instruction, and Zen 4
+// issues two 256-bit VDPBF16PS where it issues one 512-bit (its vector
+// unit is 256 bits wide): 0.88x the time at 20 rows, 0.94x at 24 (docs/PERF.md).  R rows of A
+// with R independent accumulators (16: enough chains for the latency at
+// two a cycle).  C rows are stored whole, lanes 8-15 zero, as the 512-bit
+// block leaves the rows of a zero Q: the same bits in every lane used.
+template <int R, bool kLoad, bool kRows>
+inline void dot_block_half(const std::uint32_t* a, std::int64_t a_row, const std::uint32_t* b, int pairs, float* c,
+                           int ldc) {
+  static_assert(16 % R == 0, "a register block's rows lie in one A block");
+  const std::int64_t row = kRows ? a_row : 16;
+  constexpr std::int64_t kPairBlock = kRows ? 16 : 256;
+  __m256 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = kLoad ? _mm256_loadu_ps(c + std::int64_t(i) * ldc) : _mm256_setzero_ps();
+  auto step = [&](const std::uint32_t* ab, const std::uint32_t* bb, int np) {
+    for (int p = 0; p < np; ++p) {
+      const __m256bh bv = reinterpret_cast<__m256bh>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bb + p * 16)));
+      for (int i = 0; i < R; ++i) {
+        std::int32_t x;
+        __builtin_memcpy(&x, ab + i * row + p, sizeof x);
+        acc[i] = _mm256_dpbf16_ps(acc[i], reinterpret_cast<__m256bh>(_mm256_set1_epi32(x)), bv);
+      }
+    }
+  };
+  int p0 = 0;
+  for (; p0 + 16 <= pairs; p0 += 16) step(a + (p0 / 16) * kPairBlock, b + std::int64_t(p0) * 16, 16);
+  if (p0 < pairs) step(a + (p0 / 16) * kPairBlock, b + std::int64_t(p0) * 16, 8);
+  for (int i = 0; i < R; ++i) _mm512_storeu_ps(c + std::int64_t(i) * ldc, _mm512_zextps256_ps512(acc[i]));
+}
+
 // C[m][r] (+)= sum_p A(m, p) B(p, r) for m < M (a multiple of 8), r <
-// width: A laid out as `lay` says, B vector v at b + v * b_vstride.
+// width (a multiple of 8: a last vector of 8 rows runs dot_block_half): A
+// laid out as `lay` says, B vector v at b + v * b_vstride.
 // Column blocks outside, so a block's B
 // pairs stay in L1 while the A rows stream; the next tile's lines are
 // issued `share` per column block.
@@ -105,28 +139,53 @@ template <bool kLoad, bool kKeysAreRows, bool kRows = false>
 inline void dot_product(const std::uint32_t* a, ALayout lay, int M, const std::uint32_t* b,
                         std::int64_t b_vstride, int pairs, int width, float* c, int ldc, const KeySpan* spans,
                         KvLineStream* next, int share) {
-  const int nvec = width / 16;
-  for (int v0 = 0; v0 < nvec; v0 += kDotVecs) {
-    const int nv = nvec - v0 < kDotVecs ? nvec - v0 : kDotVecs;
-    int m_begin = 0, m_end = M, p_begin = 0, p_end = pairs;
+  // The A rows and pairs a column block of vectors v0 .. v0 + nv - 1 needs.
+  struct Range {
+    int m_begin, m_end, p_begin, p_end;
+  };
+  auto range = [&](int v0, int nv) {
+    Range r{0, M, 0, pairs};
     if (spans) {  // the block's rows attend the union of their spans (windows only move forward)
       const int begin = spans[v0].begin, end = spans[v0 + nv - 1].end;
       if constexpr (kKeysAreRows) {
-        m_begin = begin / kDotRows * kDotRows;
-        m_end = end > begin ? (end + kDotRows - 1) / kDotRows * kDotRows : m_begin;
+        r.m_begin = begin / kDotRows * kDotRows;
+        r.m_end = end > begin ? (end + kDotRows - 1) / kDotRows * kDotRows : r.m_begin;
       } else {
-        p_begin = begin / 32 * 16;
-        p_end = end > begin ? (end + 31) / 32 * 16 : p_begin;
+        r.p_begin = begin / 32 * 16;
+        r.p_end = end > begin ? (end + 31) / 32 * 16 : r.p_begin;
       }
     }
-    const std::uint32_t* bv = b + v0 * b_vstride + std::int64_t(p_begin) * 16;
-    for (int m0 = m_begin; m0 < m_end; m0 += kDotRows) {
-      const std::uint32_t* am = lay.at(a, m0, p_begin);  // p_begin: a multiple of 16
+    return r;
+  };
+  const int nvec = width / 16;
+  for (int v0 = 0; v0 < nvec; v0 += kDotVecs) {
+    const int nv = nvec - v0 < kDotVecs ? nvec - v0 : kDotVecs;
+    const Range r = range(v0, nv);
+    const std::uint32_t* bv = b + v0 * b_vstride + std::int64_t(r.p_begin) * 16;
+    for (int m0 = r.m_begin; m0 < r.m_end; m0 += kDotRows) {
+      const std::uint32_t* am = lay.at(a, m0, r.p_begin);  // p_begin: a multiple of 16
       float* cm = c + std::int64_t(m0) * ldc + v0 * 16;
+      const int np = r.p_end - r.p_begin;
       switch (nv) {
-        case 1: dot_block<kDotRows, 1, kLoad, kRows>(am, lay.row, bv, b_vstride, p_end - p_begin, cm, ldc); break;
-        case 2: dot_block<kDotRows, 2, kLoad, kRows>(am, lay.row, bv, b_vstride, p_end - p_begin, cm, ldc); break;
-        default: dot_block<kDotRows, kDotVecs, kLoad, kRows>(am, lay.row, bv, b_vstride, p_end - p_begin, cm, ldc); break;
+        case 1: dot_block<kDotRows, 1, kLoad, kRows>(am, lay.row, bv, b_vstride, np, cm, ldc); break;
+        case 2: dot_block<kDotRows, 2, kLoad, kRows>(am, lay.row, bv, b_vstride, np, cm, ldc); break;
+        default: dot_block<kDotRows, kDotVecs, kLoad, kRows>(am, lay.row, bv, b_vstride, np, cm, ldc); break;
+      }
+    }
+    if (next) next->issue(share);
+  }
+  if (width % 16 != 0) {  // a last vector of 8 rows: 16 A rows a block where they lie in one A block, else 8
+    const Range r = range(nvec, 1);
+    const std::uint32_t* bv = b + nvec * b_vstride + std::int64_t(r.p_begin) * 16;
+    for (int m0 = r.m_begin; m0 < r.m_end;) {
+      const std::uint32_t* am = lay.at(a, m0, r.p_begin);
+      float* cm = c + std::int64_t(m0) * ldc + nvec * 16;
+      if (m0 % 16 == 0 && m0 + 16 <= r.m_end) {
+        dot_block_half<16, kLoad, kRows>(am, lay.row, bv, r.p_end - r.p_begin, cm, ldc);
+        m0 += 16;
+      } else {
+        dot_block_half<kDotRows, kLoad, kRows>(am, lay.row, bv, r.p_end - r.p_begin, cm, ldc);
+        m0 += kDotRows;
       }
     }
     if (next) next->issue(share);
@@ -140,6 +199,7 @@ struct DotProducts {
   static constexpr bool kHandles = DT == DType::kBF16 || is_fp8(DT);
   static constexpr int kOutDimStep = 16;  // Oᵀ rows per 16-row A block, taken 8 at a time
   static constexpr int kReduceStep = 16;  // Q·Kᵀ's dims: half an A block's 16 pairs at a time
+  static constexpr int kRowStep = 8;      // a last vector of 8 rows runs on 256-bit VDPBF16PS
   // VDPBF16PS runs on the vector pipes the softmax uses: FA3's pair
   // schedule has nothing to overlap and keeps two Q tiles' operands hot
   // instead of one (measured 0.93x running each tile FA2's way, Zen 4,
@@ -189,7 +249,7 @@ struct DotProducts {
  private:
   // Lines of the next tile per column block: a third of them per product.
   static int share(KvLineStream* next, int width) {
-    return next ? next->third_per_step((width / 16 + kDotVecs - 1) / kDotVecs) : 0;
+    return next ? next->third_per_step((width / 16 + kDotVecs - 1) / kDotVecs + (width % 16 != 0)) : 0;
   }
 };
 

@@ -25,6 +25,9 @@
 //                       (head_dim is padded to it there)
 //   kReduceStep         the dims Q·Kᵀ sums over at a time (head_dim is padded
 //                       to it there; the operands' layout to 32)
+//   kRowStep            the query rows the products take at a time: `width`
+//                       below is the tile's rows rounded up to it (the rows
+//                       past them come out as a zero Q's)
 //   kOwnUnit            whether the products run on a unit beside the vector
 //                       unit (AMX tiles), which FA3's pair schedule overlaps
 //                       with the softmax
@@ -576,12 +579,12 @@ class PairTileSteps {
     if constexpr (Engine::kReadsKInPlace && DT == DType::kBF16) {
       if (k_in_place_) {
         Engine::scores_in_place(reinterpret_cast<const std::uint16_t*>(k_in_place_), job_.k_strides[2] / 2, op_.qb,
-                                job_.tile_q, D(), reduce_dims(), cols_, it_.nvec * 16, w_.st, spans_, &next_);
+                                job_.tile_q, D(), reduce_dims(), cols_, width(), w_.st, spans_, &next_);
       }
     }
     if (!k_in_place_) {
       Engine::template scores<kP>(kv_.k, op_.k_lo, op_.qb, op_.q_lo, job_.tile_q, D(), reduce_dims(), cols_pad_,
-                                  it_.nvec * 16, w_.st, spans_, &next_);
+                                  width(), w_.st, spans_, &next_);
     }
     laps.lap(kStageScores);
     if (kv_.own) {
@@ -605,7 +608,7 @@ class PairTileSteps {
     const bool fresh = j0_ == it_.kv_begin;
     if (!fresh) rescale_output(w_, out_dims(), nvec, tq);
     laps.lap(kStageRescale);
-    Engine::template accumulate<kP>(kv_.vt, tkv / 2, op_.v_lo, op_.pb, tkv / 2, op_.p_lo, tq, out_dims(), cols_pad_, nvec * 16,
+    Engine::template accumulate<kP>(kv_.vt, tkv / 2, op_.v_lo, op_.pb, tkv / 2, op_.p_lo, tq, out_dims(), cols_pad_, width(),
                                     w_.ot, fresh, spans_, &next_);
     next_.issue(next_.total_lines());  // what rounding left
     laps.lap(kStagePv);
@@ -623,6 +626,13 @@ class PairTileSteps {
   // (16 on VDPBF16PS, half an A block; the tile unit's 32), the operands
   // being packed to D (their extra dims are zero).
   int reduce_dims() const { return round_up_dims(job_.head_dim, Engine::kReduceStep); }
+  // The query rows the products compute: the tile's rows rounded up to the
+  // engine's step (8 on VDPBF16PS, whose last vector may run half; 16 on
+  // the tile unit), never past the row vectors in use.
+  int width() const {
+    const int w = (it_.rows + Engine::kRowStep - 1) / Engine::kRowStep * Engine::kRowStep;
+    return w < it_.nvec * 16 ? w : it_.nvec * 16;
+  }
 
   const AttentionJob& job_;
   const Workspace& w_;
