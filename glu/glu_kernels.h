@@ -64,9 +64,10 @@ constexpr float kLog2e = 1.44269504088896341f;
 // puts 2^n back (inf past 2^127, denormals and then 0 below 2^-126, NaN
 // kept), around a degree-5 polynomial fitted for least relative error on
 // [-0.5, 0.5] (7.5e-8; 2.1e-7 with fp32 steps: a tenth of the bound the
-// tests hold each output to, check_glu in glu/drivers/glu_case.cpp).  The softmax's exp2 keeps a degree-6 polynomial and a mask that
-// flushes denormals; the activations need neither, and save two
-// operations a vector.
+// tests hold each output to, check_glu in glu/drivers/glu_case.cpp).  The
+// softmax's exp2 keeps a degree-6 polynomial and a mask that flushes
+// denormals; the activations need neither, and save two operations a
+// vector.
 inline __m512 exp2_any(__m512 x) {
   const __m512 f = _mm512_reduce_ps(x, 0x08);  // x - round-to-nearest(x), exact
   __m512 p = _mm512_set1_ps(1.3276428e-3f);
