@@ -169,13 +169,22 @@ Status norm_forward(const NormParams& p, const NormTensors& t) {
   Isa isa;
   if (Status s = norm_isa(p, &isa); !s.ok()) return s;
   const std::int64_t n = t.x.hidden;
-  // gamma and beta widened once per call, so every row reads fp32.
-  std::vector<float> params(static_cast<std::size_t>((t.gamma ? n : 0) + (t.beta ? n : 0)));
-  float* gamma = t.gamma ? params.data() : nullptr;
-  float* beta = t.beta ? params.data() + (t.gamma ? n : 0) : nullptr;
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (gamma) gamma[i] = detail::load_as_f32(t.gamma, t.param_dtype, i);
-    if (beta) beta[i] = detail::load_as_f32(t.beta, t.param_dtype, i);
+  // Every row reads gamma and beta in fp32: the caller's own where they are
+  // fp32 (the default), else widened once per call.  (Widening fp32 too, an
+  // element at a time, cost a one-row call, decoding's, twice its own work.)
+  const float* gamma = static_cast<const float*>(t.gamma);
+  const float* beta = static_cast<const float*>(t.beta);
+  std::vector<float> params;
+  if (t.param_dtype != DType::kF32 && (t.gamma || t.beta)) {
+    params.resize(static_cast<std::size_t>((t.gamma ? n : 0) + (t.beta ? n : 0)));
+    float* g = t.gamma ? params.data() : nullptr;
+    float* b = t.beta ? params.data() + (t.gamma ? n : 0) : nullptr;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (g) g[i] = detail::load_as_f32(t.gamma, t.param_dtype, i);
+      if (b) b[i] = detail::load_as_f32(t.beta, t.param_dtype, i);
+    }
+    gamma = g;
+    beta = b;
   }
   detail::NormJob job;
   job.kind = p.kind;

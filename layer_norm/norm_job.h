@@ -23,7 +23,7 @@ struct NormJob {
   std::int64_t sum_stride = 0;
   void* y = nullptr;
   std::int64_t y_stride = 0;
-  const float* gamma = nullptr;  // widened to fp32 once per call; null: 1
+  const float* gamma = nullptr;  // fp32: the caller's, or widened once per call; null: 1
   const float* beta = nullptr;   // null: 0
   float* mean = nullptr;
   float* rstd = nullptr;
