@@ -233,6 +233,11 @@ Status residual_add(const NormParams& p, const NormTensors& t) {
   job.residual_stride = stride_of(t.residual);
   job.sum = t.sum.data;
   job.sum_stride = stride_of(t.sum);
+  // The sum through non-temporal stores past the last-level cache, as the
+  // norms send y: ordinary stores read each line from memory first.
+  const double footprint = static_cast<double>(job.rows) * static_cast<double>(job.hidden) *
+                           static_cast<double>(2 * detail::norm_elem_bytes(t.x.dtype) + detail::norm_elem_bytes(t.residual.dtype));
+  job.stream = p.stream_output ? *p.stream_output : footprint > static_cast<double>(detail::last_level_cache_bytes());
   return run_rows(job, p.threads, table_of(isa)->add_rows);
 }
 

@@ -56,11 +56,19 @@ inline RowSums row_sums(const void* row, std::int64_t n, float shift) {
   return out;
 }
 
+// Where the passes after the first read the row (norm_rows_from).
+enum class RowCopy {
+  kNone,         // where it lies: x, or the sum the fused call stores
+  kF32,          // widened into the fp32 scratch
+  kStreamedSum,  // the fused call's sum sent out through non-temporal stores,
+                 // the row kept in the scratch in x's dtype
+};
+
 // Pass A: the row (x, or x plus the residual rounded to x's dtype, stored
-// as the sum when asked; widened into `row` with kScratch), with the
-// sums of d = element - shift and of d^2 (kLayerNorm), or of the squares
-// alone (RMSNorm's only statistic).
-template <bool kLayerNorm, DType XT, bool kScratch>
+// as the sum when asked; kept in `row` as kCopy says), with the sums of
+// d = element - shift and of d^2 (kLayerNorm), or of the squares alone
+// (RMSNorm's only statistic).
+template <bool kLayerNorm, DType XT, RowCopy kCopy>
 inline RowSums widen_and_sum(const detail::NormJob& job, std::int64_t r, float* row, float shift) {
   constexpr int W = Vec::W;
   const std::int64_t n = job.hidden, nv = n / W * W;
@@ -84,9 +92,10 @@ inline RowSums widen_and_sum(const detail::NormJob& job, std::int64_t r, float* 
     typename Vec::T v = load_vec<XT>(x, i);
     if (res) {
       v = round_vec<XT>(Vec::add(v, load_vec(res, job.residual_dtype, i)));
-      if (sum) store_vec<XT>(sum, i, v, false);
+      if (sum) store_vec<XT>(sum, i, v, kCopy == RowCopy::kStreamedSum);
     }
-    if constexpr (kScratch) Vec::store(row + i, v);
+    if constexpr (kCopy == RowCopy::kF32) Vec::store(row + i, v);
+    if constexpr (kCopy == RowCopy::kStreamedSum) store_vec<XT>(row, i, v, false);
     return v;
   };
   // Two accumulators a sum in registers (independent chains), the same
@@ -118,7 +127,8 @@ inline RowSums widen_and_sum(const detail::NormJob& job, std::int64_t r, float* 
       if (job.x_dtype == DType::kBF16) v = detail::bf16_to_f32(detail::f32_to_bf16(v));
       if (sum) detail::store_from_f32(sum, job.x_dtype, i, v);
     }
-    if constexpr (kScratch) row[i] = v;
+    if constexpr (kCopy == RowCopy::kF32) row[i] = v;
+    if constexpr (kCopy == RowCopy::kStreamedSum) detail::store_from_f32(row, XT, i, v);
     const float d = kLayerNorm ? v - shift : v;
     total.d += d;
     total.d2 += d * d;
@@ -167,15 +177,21 @@ inline void normalize_store(const detail::NormJob& job, std::int64_t r, const vo
 }
 
 // The passes after the first read the row again from L1/L2 where it lies in
-// x's dtype: x itself, or the sum the fused call stores.  Only where that
-// is not possible (a fused call that stores no sum, or y over the row in
-// another layout, which would overwrite it before it is read) does pass A
-// keep the row, widened, in the fp32 scratch (kScratch).  Reading x again
-// rather than a widened copy: RMSNorm bf16 at 16M elements 2.0-3.1 ->
-// 1.5-1.8 ms on Zen 4 (the copy, gamma and the row overflowed L1).
-template <DType XT, DType YT, bool kScratch>
+// x's dtype: x itself, or the sum the fused call stores (RowCopy::kNone).
+// Reading x again rather than a widened copy: RMSNorm bf16 at 16M elements
+// 2.0-3.1 -> 1.5-1.8 ms on Zen 4 (the copy, gamma and the row overflowed
+// L1).  Where that is not possible (a fused call that stores no sum, or y
+// over the row in another layout, which would overwrite it before it is
+// read) pass A keeps the row, widened, in the fp32 scratch (kF32).  A fused
+// call whose outputs stream past the last-level cache sends its sum out
+// through non-temporal stores and keeps the row in the scratch in x's
+// dtype (kStreamedSum): the sum's ordinary stores read every line from
+// memory before writing it, a fifth stream beside x, the residual, the sum
+// and y.
+template <DType XT, DType YT, RowCopy kCopy>
 inline void norm_rows_from(const detail::NormJob& job, std::int64_t r0, std::int64_t r1, float* scratch) {
-  constexpr DType ST = kScratch ? DType::kF32 : XT;
+  constexpr DType ST = kCopy == RowCopy::kF32 ? DType::kF32 : XT;
+  constexpr bool kScratch = kCopy != RowCopy::kNone;
   const std::int64_t n = job.hidden;
   const float inv_n = 1.0f / static_cast<float>(n);
   for (std::int64_t r = r0; r < r1; ++r) {
@@ -194,7 +210,7 @@ inline void norm_rows_from(const detail::NormJob& job, std::int64_t r0, std::int
     float shift = 0.0f, correction = 0.0f, var;
     if (job.kind == NormKind::kLayerNorm) {
       shift = first_element(job, r);
-      RowSums dev = widen_and_sum<true, XT, kScratch>(job, r, scratch, shift);
+      RowSums dev = widen_and_sum<true, XT, kCopy>(job, r, scratch, shift);
       correction = dev.d * inv_n;
       var = dev.d2 * inv_n - correction * correction;
       if (!(correction * correction <= 64.0f * var)) {
@@ -205,7 +221,7 @@ inline void norm_rows_from(const detail::NormJob& job, std::int64_t r0, std::int
       }
       var = var < 0.0f ? 0.0f : var;  // rounding can leave it just below 0; NaN stays NaN
     } else {
-      var = widen_and_sum<false, XT, kScratch>(job, r, scratch, 0.0f).d2 * inv_n;
+      var = widen_and_sum<false, XT, kCopy>(job, r, scratch, 0.0f).d2 * inv_n;
     }
     const float rstd = 1.0f / std::sqrt(var + job.eps);
     if (job.mean) job.mean[r] = shift + correction;
@@ -237,9 +253,16 @@ inline bool survives_y(const detail::NormJob& job, const void* src, std::int64_t
 
 template <DType XT, DType YT>
 inline void norm_rows_of(const detail::NormJob& job, std::int64_t r0, std::int64_t r1, float* scratch) {
+  // Every streamed sum row starts on a line (the vector stores then lie on
+  // their own 32- or 64-byte boundaries).
+  const std::int64_t sum_row_bytes = job.sum_stride * static_cast<std::int64_t>(detail::norm_elem_bytes(XT));
+  if (job.residual && job.sum && job.stream && reinterpret_cast<std::uintptr_t>(job.sum) % 64 == 0 &&
+      (job.rows == 1 || sum_row_bytes % 64 == 0)) {
+    return norm_rows_from<XT, YT, RowCopy::kStreamedSum>(job, r0, r1, scratch);
+  }
   const bool reread = !job.residual ? survives_y(job, job.x, job.x_stride) : job.sum && survives_y(job, job.sum, job.sum_stride);
-  if (reread) return norm_rows_from<XT, YT, false>(job, r0, r1, scratch);
-  return norm_rows_from<XT, YT, true>(job, r0, r1, scratch);
+  if (reread) return norm_rows_from<XT, YT, RowCopy::kNone>(job, r0, r1, scratch);
+  return norm_rows_from<XT, YT, RowCopy::kF32>(job, r0, r1, scratch);
 }
 
 // The kernel for the job's x and y dtypes (each loop then converts without
@@ -271,13 +294,18 @@ inline void add_rows_of(const detail::NormJob& job, std::int64_t r0, std::int64_
     const void* x = static_cast<const char*>(job.x) + r * job.x_stride * xs;
     const void* res = static_cast<const char*>(job.residual) + r * job.residual_stride * rs;
     void* sum = static_cast<char*>(job.sum) + r * job.sum_stride * xs;
+    // Whole vectors from a 64-byte-aligned row start stay aligned.
+    const bool stream = job.stream && reinterpret_cast<std::uintptr_t>(sum) % 64 == 0;
     for (std::int64_t i = 0; i < nv; i += W) {
-      store_vec<XT>(sum, i, Vec::add(load_vec<XT>(x, i), load_vec(res, job.residual_dtype, i)), false);
+      store_vec<XT>(sum, i, Vec::add(load_vec<XT>(x, i), load_vec(res, job.residual_dtype, i)), stream);
     }
     for (std::int64_t i = nv; i < n; ++i) {
       detail::store_from_f32(sum, XT, i, detail::load_as_f32(x, XT, i) + detail::load_as_f32(res, job.residual_dtype, i));
     }
   }
+#if defined(__AVX2__) || defined(__AVX512F__)
+  if (job.stream) _mm_sfence();  // the streamed lines reach memory before the pool reports the item done
+#endif
 }
 inline void add_rows(const detail::NormJob& job, std::int64_t r0, std::int64_t r1, float*) {
   switch (job.x_dtype) {

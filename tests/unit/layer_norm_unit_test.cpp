@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "common/dtype_convert.h"
@@ -100,25 +101,33 @@ TEST_P(NormPaths, OutlierFirstElementStaysExact) {
 }
 
 // The fused call gives the bits of an add (x + residual rounded to x's
-// dtype) followed by the norm of that sum, and writes the same sum.
+// dtype) followed by the norm of that sum, and writes the same sum: with
+// its outputs cached, and streamed (the sum through non-temporal stores,
+// the row kept in the scratch: rows on 64-byte lines, or a single row of
+// any width; 37 x 777 streams y alone).
 TEST_P(NormPaths, FusedResidualEqualsAddThenNorm) {
-  NormCase c = base(37, 777);
-  c.residual = true;
-  fa::cli::NormBuffers fused = fa::cli::make_norm_buffers(c);
-  ASSERT_TRUE(fa::norm_forward(fa::cli::norm_params(c), fused.tensors).ok());
-  NormCase plain = c;
-  plain.residual = false;
-  fa::cli::NormBuffers separate = fa::cli::make_norm_buffers(plain);
-  const std::int64_t n = c.rows * c.hidden;
-  for (std::int64_t i = 0; i < n; ++i) {  // the add, as its own kernel would store it
-    const float h = fa::detail::load_as_f32(fused.x.data(), dtype(), i) + fa::detail::load_as_f32(fused.residual.data(), dtype(), i);
-    fa::detail::store_from_f32(separate.x.data(), dtype(), i, h);
+  for (auto [rows, hidden, stream] : {std::tuple<std::int64_t, std::int64_t, bool>{37, 777, false}, {37, 777, true},
+                                      {37, 768, true}, {1, 777, true}}) {
+    NormCase c = base(rows, hidden);
+    c.residual = true;
+    fa::cli::NormBuffers fused = fa::cli::make_norm_buffers(c);
+    fa::NormParams fused_params = fa::cli::norm_params(c);
+    fused_params.stream_output = stream;
+    ASSERT_TRUE(fa::norm_forward(fused_params, fused.tensors).ok());
+    NormCase plain = c;
+    plain.residual = false;
+    fa::cli::NormBuffers separate = fa::cli::make_norm_buffers(plain);
+    const std::int64_t n = c.rows * c.hidden;
+    for (std::int64_t i = 0; i < n; ++i) {  // the add, as its own kernel would store it
+      const float h = fa::detail::load_as_f32(fused.x.data(), dtype(), i) + fa::detail::load_as_f32(fused.residual.data(), dtype(), i);
+      fa::detail::store_from_f32(separate.x.data(), dtype(), i, h);
+    }
+    ASSERT_TRUE(fa::norm_forward(fa::cli::norm_params(plain), separate.tensors).ok());
+    const std::size_t bytes = static_cast<std::size_t>(n) * fa::dtype_size(dtype());
+    EXPECT_EQ(0, std::memcmp(fused.sum.data(), separate.x.data(), bytes)) << rows << " x " << hidden << " stream " << stream;
+    EXPECT_EQ(0, std::memcmp(fused.y.data(), separate.y.data(), bytes)) << rows << " x " << hidden << " stream " << stream;
+    EXPECT_EQ(fused.rstd, separate.rstd);
   }
-  ASSERT_TRUE(fa::norm_forward(fa::cli::norm_params(plain), separate.tensors).ok());
-  const std::size_t bytes = static_cast<std::size_t>(n) * fa::dtype_size(dtype());
-  EXPECT_EQ(0, std::memcmp(fused.sum.data(), separate.x.data(), bytes));
-  EXPECT_EQ(0, std::memcmp(fused.y.data(), separate.y.data(), bytes));
-  EXPECT_EQ(fused.rstd, separate.rstd);
 }
 
 // A NaN in a row makes that row's outputs NaN and no other's; the bits do
@@ -192,17 +201,21 @@ TEST_P(NormPaths, OutputOverTheRowInAnotherDtype) {
   }
 }
 
-// The unfused calls' add writes the fused call's sum, bit for bit, and
+// The unfused calls' add writes the fused call's sum, bit for bit, with
+// its sum cached or streamed (rows on 64-byte lines at 3 x 1024), and
 // refuses without a sum to write.
 TEST_P(NormPaths, ResidualAddWritesTheFusedSum) {
-  for (auto [rows, hidden] : {std::pair<std::int64_t, std::int64_t>{3, 37}, {5, 4099}}) {
+  for (auto [rows, hidden, stream] : {std::tuple<std::int64_t, std::int64_t, bool>{3, 37, false}, {5, 4099, false},
+                                      {5, 4099, true}, {3, 1024, true}}) {
     NormCase c = base(rows, hidden);
     c.residual = true;
     fa::cli::NormBuffers b = fa::cli::make_norm_buffers(c);
     ASSERT_TRUE(fa::norm_forward(fa::cli::norm_params(c), b.tensors).ok());
     const std::vector<char> fused(static_cast<const char*>(b.sum.data()), static_cast<const char*>(b.sum.data()) + b.sum.bytes());
     std::memset(b.sum.data(), 0x55, b.sum.bytes());
-    ASSERT_TRUE(fa::residual_add(fa::cli::norm_params(c), b.tensors).ok());
+    fa::NormParams add_params = fa::cli::norm_params(c);
+    add_params.stream_output = stream;
+    ASSERT_TRUE(fa::residual_add(add_params, b.tensors).ok());
     EXPECT_EQ(std::memcmp(fused.data(), b.sum.data(), fused.size()), 0) << fa::cli::describe(c);
     fa::NormTensors no_sum = b.tensors;
     no_sum.sum = {};

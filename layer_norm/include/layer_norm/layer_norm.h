@@ -32,10 +32,11 @@ struct NormParams {
   std::optional<float> eps;
   int threads = 0;           // 0: the library's CPU set, as attention
   std::optional<Isa> isa;    // else FA_ISA, else the fastest this CPU runs (generic, avx2, avx512, avx512bf16; amx runs avx512bf16)
-  // y (whole 64-byte-aligned rows of it) written with non-temporal stores,
-  // around the caches.  Unset: when the call's x and y exceed the
-  // last-level cache (y would not stay there for its consumer, and a
-  // streamed line is not read before it is written).
+  // y (whole 64-byte-aligned rows of it; with a residual, the sum's too)
+  // written with non-temporal stores, around the caches.  Unset: when the
+  // call's x and y exceed the last-level cache (y would not stay there for
+  // its consumer, and a streamed line is not read before it is written).
+  // residual_add streams the sum alike.
   std::optional<bool> stream_output;
 };
 
