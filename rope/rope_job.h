@@ -33,6 +33,8 @@ struct RopeJob {
   // Work items: tokens in chunks of `chunk` (<= kRopeMaxChunk), and each
   // chunk's heads (Q's, then K's) in groups of `heads_per_item`.
   std::int64_t chunk = 1, heads_per_item = 1;
+  // Separate outputs through non-temporal stores (RopeParams::stream_output).
+  bool stream = false;
 };
 
 inline constexpr std::int64_t kRopeMaxChunk = 64;

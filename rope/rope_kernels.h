@@ -157,6 +157,11 @@ inline void rotate_vector(const detail::RopeJob& job, const void* in, void* out,
                           const float* s_row) {
   constexpr int W = Vec::W;
   const std::int64_t rd = job.rotary_dim, half = rd / 2;
+  // Streamed where every vector store lands on its own boundary: a row on
+  // a 64-byte line, and vectors from it at whole multiples of W (the
+  // second half, and the copied rest, start at one).
+  const bool stream = job.stream && !in_place && reinterpret_cast<std::uintptr_t>(out) % 64 == 0 &&
+                      (job.mode == RopeMode::kRotateHalf ? half % W == 0 : true) && rd % W == 0;
   auto scalar = [&](std::int64_t j, std::int64_t partner) {
     return detail::load_as_f32(in, IT, j) * c_row[j] + detail::load_as_f32(in, IT, partner) * s_row[j];
   };
@@ -166,8 +171,8 @@ inline void rotate_vector(const detail::RopeJob& job, const void* in, void* out,
       const typename Vec::T a = load_vec<IT>(in, i), b = load_vec<IT>(in, i + half);
       const typename Vec::T oa = Vec::fmadd(b, Vec::load(s_row + i), Vec::mul(a, Vec::load(c_row + i)));
       const typename Vec::T ob = Vec::fmadd(a, Vec::load(s_row + half + i), Vec::mul(b, Vec::load(c_row + half + i)));
-      store_vec<OT>(out, i, oa, false);
-      store_vec<OT>(out, i + half, ob, false);
+      store_vec<OT>(out, i, oa, stream);
+      store_vec<OT>(out, i + half, ob, stream);
     }
     for (; i < half; ++i) {
       const float oa = scalar(i, i + half), ob = scalar(i + half, i);
@@ -178,7 +183,7 @@ inline void rotate_vector(const detail::RopeJob& job, const void* in, void* out,
     std::int64_t j = 0;
     for (; j + W <= rd; j += W) {
       const typename Vec::T x = load_vec<IT>(in, j);
-      store_vec<OT>(out, j, Vec::fmadd(swap_pairs(x), Vec::load(s_row + j), Vec::mul(x, Vec::load(c_row + j))), false);
+      store_vec<OT>(out, j, Vec::fmadd(swap_pairs(x), Vec::load(s_row + j), Vec::mul(x, Vec::load(c_row + j))), stream);
     }
     for (; j < rd; j += 2) {
       const float o0 = scalar(j, j + 1), o1 = scalar(j + 1, j);
@@ -188,7 +193,7 @@ inline void rotate_vector(const detail::RopeJob& job, const void* in, void* out,
   }
   if (in_place) return;
   std::int64_t j = rd;
-  for (; j + W <= job.head_dim; j += W) store_vec<OT>(out, j, load_vec<IT>(in, j), false);
+  for (; j + W <= job.head_dim; j += W) store_vec<OT>(out, j, load_vec<IT>(in, j), stream);
   for (; j < job.head_dim; ++j) detail::store_from_f32(out, OT, j, detail::load_as_f32(in, IT, j));
 }
 
@@ -275,6 +280,9 @@ inline void rope_run(const detail::RopeJob& job, std::int64_t t0, std::int64_t t
     }
     first += op.heads;
   }
+#if defined(__AVX2__) || defined(__AVX512F__)
+  if (job.stream) _mm_sfence();  // the streamed lines reach memory before the pool reports the item done
+#endif
 }
 
 }  // namespace fa::FA_KERNEL_NS

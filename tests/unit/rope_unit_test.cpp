@@ -226,6 +226,32 @@ TEST_P(RopePaths, InPlaceEqualsOutOfPlaceBitForBit) {
   EXPECT_TRUE(fa::cli::check_rope(out, b).pass);
 }
 
+// Separate outputs through non-temporal stores give the cached stores'
+// bits: head rows on 64-byte lines (head_dim 128, the second half of the
+// rotary part and the copied rest on vector boundaries), and rows that are
+// not (head_dim 72), which take the cached stores.
+TEST_P(RopePaths, StreamedOutputsEqualCached) {
+  for (std::int64_t head_dim : {128, 72}) {
+    RopeCase c = base();
+    c.seq = 19;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.head_dim = head_dim;
+    c.params.rotary_dim = head_dim == 128 ? 96 : 64;
+    c.layout = fa::Layout::kBNSD;
+    c.out_dtype = c.dtype;
+    fa::cli::RopeBuffers cached = fa::cli::make_rope_buffers(c), streamed = fa::cli::make_rope_buffers(c);
+    fa::RopeParams p = fa::cli::rope_params(c);
+    p.stream_output = false;
+    ASSERT_TRUE(fa::rope_forward(p, cached.tensors).ok());
+    p.stream_output = true;
+    ASSERT_TRUE(fa::rope_forward(p, streamed.tensors).ok());
+    EXPECT_EQ(std::memcmp(cached.q_out.data(), streamed.q_out.data(), cached.q_out.bytes()), 0) << head_dim;
+    EXPECT_EQ(std::memcmp(cached.k_out.data(), streamed.k_out.data(), cached.k_out.bytes()), 0) << head_dim;
+    EXPECT_TRUE(fa::cli::check_rope(c, streamed).pass) << head_dim;
+  }
+}
+
 // TND: each sequence's tokens count from 0, as the same sequences run one
 // by one in BSH do.
 TEST_P(RopePaths, TndPositionsRestartPerSequence) {

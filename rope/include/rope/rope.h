@@ -60,6 +60,12 @@ struct RopeParams {
   std::int64_t num_sequences = 0;
   int threads = 0;         // 0: the library's CPU set, as attention
   std::optional<Isa> isa;  // else FA_ISA, else the fastest this CPU runs
+  // Separate outputs (q_out, k_out; whole vectors of head rows that start
+  // on a 64-byte line) written with non-temporal stores, around the
+  // caches.  Unset: when the call's inputs and outputs exceed the
+  // last-level cache.  A rotation in place never streams (its lines were
+  // just read).
+  std::optional<bool> stream_output;
 };
 
 struct RopeTensors {
