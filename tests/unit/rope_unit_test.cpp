@@ -226,6 +226,35 @@ TEST_P(RopePaths, InPlaceEqualsOutOfPlaceBitForBit) {
   EXPECT_TRUE(fa::cli::check_rope(out, b).pass);
 }
 
+// rope_forward keeps the last frequencies a thread computed: calls that
+// change any parameter they depend on, one after another on one thread,
+// each match the reference of their own parameters.
+TEST_P(RopePaths, ChangedParametersAreNotServedFromTheCache) {
+  std::vector<fa::RopeParams> sets(6, base().params);
+  sets[1].base = 500000.0;
+  sets[2].scaling = fa::RopeScaling::kLinear;
+  sets[2].factor = 4.0;
+  sets[3].scaling = fa::RopeScaling::kLlama3;
+  sets[3].factor = 8.0;
+  sets[4] = sets[3];
+  sets[4].high_freq_factor = 2.0;
+  sets[5].rotary_dim = 32;
+  for (int round = 0; round < 2; ++round) {
+    for (const fa::RopeParams& params : sets) {
+      RopeCase c = base();
+      c.seq = 5;
+      c.heads = 2;
+      c.kv_heads = 1;
+      c.head_dim = 64;
+      c.position_offset = 3000;  // angles far from 0, where the frequencies show
+      c.params = params;
+      fa::cli::RopeBuffers b = fa::cli::make_rope_buffers(c);
+      ASSERT_TRUE(fa::rope_forward(fa::cli::rope_params(c), b.tensors).ok());
+      EXPECT_TRUE(fa::cli::check_rope(c, b).pass) << fa::cli::describe(c);
+    }
+  }
+}
+
 // Separate outputs through non-temporal stores give the cached stores'
 // bits: head rows on 64-byte lines (head_dim 128, the second half of the
 // rotary part and the copied rest on vector boundaries), and rows that are
