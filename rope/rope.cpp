@@ -239,15 +239,15 @@ namespace {
 // parameter rope_inv_frequencies reads.
 const double* cached_inv_frequencies(const RopeParams& p, std::int64_t rd, Status* status) {
   struct Entry {
-    std::int64_t rd = -1;
-    double base = 0, factor = 0, low = 0, high = 0, original = 0;
-    RopeScaling scaling = RopeScaling::kNone;
+    std::int64_t rd = -1;  // -1: empty
+    RopeParams params;     // of which the fields the frequencies depend on
     std::vector<double> inv_freq;
   };
   thread_local Entry entry;
-  const bool same = entry.rd == rd && entry.base == p.base && entry.scaling == p.scaling && entry.factor == p.factor &&
-                    entry.low == p.low_freq_factor && entry.high == p.high_freq_factor &&
-                    entry.original == p.original_max_position;
+  const RopeParams& e = entry.params;
+  const bool same = entry.rd == rd && e.base == p.base && e.scaling == p.scaling && e.factor == p.factor &&
+                    e.low_freq_factor == p.low_freq_factor && e.high_freq_factor == p.high_freq_factor &&
+                    e.original_max_position == p.original_max_position;
   if (!same) {
     entry.rd = -1;  // unusable until filled
     entry.inv_freq.resize(static_cast<std::size_t>(rd / 2));
@@ -255,13 +255,8 @@ const double* cached_inv_frequencies(const RopeParams& p, std::int64_t rd, Statu
       *status = s;
       return nullptr;
     }
+    entry.params = p;
     entry.rd = rd;
-    entry.base = p.base;
-    entry.scaling = p.scaling;
-    entry.factor = p.factor;
-    entry.low = p.low_freq_factor;
-    entry.high = p.high_freq_factor;
-    entry.original = p.original_max_position;
   }
   return entry.inv_freq.data();
 }
