@@ -286,6 +286,8 @@ Status rope_forward(const RopeParams& p, const RopeTensors& t) {
     if (!job.inv_freq) return s;
   }
   std::int64_t heads = 0;
+  double bytes = 0;  // read and written
+  auto size = [](DType d) { return d == DType::kF32 ? 4.0 : 2.0; };  // fp32, fp16 or bf16
   for (const auto& [in, out] : {std::pair{&t.q, &t.q_out}, std::pair{&t.k, &t.k_out}}) {
     if (!in->data) continue;
     detail::RopeOperand& op = job.operands[job.num_operands++];
@@ -300,22 +302,15 @@ Status rope_forward(const RopeParams& p, const RopeTensors& t) {
       op.out_strides[i] = o.strides[i == 0 ? 0 : i == 1 ? 1 : 2];
     }
     heads += op.heads;
+    const double elems = static_cast<double>(in->shape[0]) * static_cast<double>(in->shape[1]) *
+                         static_cast<double>(in->shape[2]) * static_cast<double>(in->shape[3]);
+    bytes += elems * (size(in->dtype) + (out->data ? size(out->dtype) : 0.0));
   }
   // Streamed separate outputs, as the other element-wise operators stream
   // theirs: an ordinary store reads its line from memory first, a third
   // stream beside the input and the output (in place: none to avoid).
-  {
-    const bool separate = t.q_out.data || t.k_out.data;
-    double bytes = 0;
-    for (const auto& [in, out] : {std::pair{&t.q, &t.q_out}, std::pair{&t.k, &t.k_out}}) {
-      if (!in->data) continue;
-      const double elems = static_cast<double>(in->shape[0]) * static_cast<double>(in->shape[1]) *
-                           static_cast<double>(in->shape[2]) * static_cast<double>(in->shape[3]);
-      auto size = [](DType d) { return d == DType::kF32 ? 4.0 : 2.0; };  // fp32, fp16 or bf16
-      bytes += elems * (size(in->dtype) + (out->data ? size(out->dtype) : 0.0));
-    }
-    job.stream = separate && (p.stream_output ? *p.stream_output : bytes > static_cast<double>(detail::last_level_cache_bytes()));
-  }
+  const bool separate = t.q_out.data || t.k_out.data;
+  job.stream = separate && (p.stream_output ? *p.stream_output : bytes > static_cast<double>(detail::last_level_cache_bytes()));
   // Items: chunks of 16 tokens, whose expanded cos/sin rows (2 x 16 x
   // rotary_dim floats, 16 KiB at 128) stay in L1 while every head of the
   // chunk reuses them (measured on BNSD, where each head re-reads them: 8

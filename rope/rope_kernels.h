@@ -151,17 +151,13 @@ inline typename Vec::T swap_pairs(typename Vec::T v) {
 }
 
 // One head vector of head_dim elements: the rotary part turned, the rest
-// copied when out of place (in place it is already there).
+// copied when out of place (in place it is already there); the vector
+// stores through non-temporal stores with `stream`.
 template <DType IT, DType OT>
-inline void rotate_vector(const detail::RopeJob& job, const void* in, void* out, bool in_place, const float* c_row,
-                          const float* s_row) {
+inline void rotate_vector(const detail::RopeJob& job, const void* in, void* out, bool in_place, bool stream,
+                          const float* c_row, const float* s_row) {
   constexpr int W = Vec::W;
   const std::int64_t rd = job.rotary_dim, half = rd / 2;
-  // Streamed where every vector store lands on its own boundary: a row on
-  // a 64-byte line, and vectors from it at whole multiples of W (the
-  // second half, and the copied rest, start at one).
-  const bool stream = job.stream && !in_place && reinterpret_cast<std::uintptr_t>(out) % 64 == 0 &&
-                      (job.mode == RopeMode::kRotateHalf ? half % W == 0 : true) && rd % W == 0;
   auto scalar = [&](std::int64_t j, std::int64_t partner) {
     return detail::load_as_f32(in, IT, j) * c_row[j] + detail::load_as_f32(in, IT, partner) * s_row[j];
   };
@@ -207,10 +203,17 @@ inline void rotate_heads(const detail::RopeJob& job, const detail::RopeOperand& 
   const bool in_place = op.out == op.in;
   const char* in = static_cast<const char*>(op.in);
   char* out = static_cast<char*>(op.out);
+  // Streamed where every vector store lands on its own boundary: a row on
+  // a 64-byte line (checked per row), and vectors from it at whole
+  // multiples of W (the second half, and the copied rest, start at one).
+  constexpr int W = Vec::W;
+  const std::int64_t rd = job.rotary_dim;
+  const bool stream_rows = job.stream && !in_place && rd % W == 0 && (job.mode != RopeMode::kRotateHalf || (rd / 2) % W == 0);
   auto one = [&](std::int64_t t, std::int64_t in_token, std::int64_t out_token, std::int64_t h) {
-    const std::int64_t k = (t - t0) * job.rotary_dim;
-    rotate_vector<IT, OT>(job, in + (in_token + h * op.in_strides[1]) * is, out + (out_token + h * op.out_strides[1]) * os,
-                          in_place, c_rows + k, s_rows + k);
+    const std::int64_t k = (t - t0) * rd;
+    char* row = out + (out_token + h * op.out_strides[1]) * os;
+    rotate_vector<IT, OT>(job, in + (in_token + h * op.in_strides[1]) * is, row, in_place,
+                          stream_rows && reinterpret_cast<std::uintptr_t>(row) % 64 == 0, c_rows + k, s_rows + k);
   };
   // Each token's offsets (batch and sequence index) once, not per head.
   std::int64_t in_token[detail::kRopeMaxChunk], out_token[detail::kRopeMaxChunk];
