@@ -26,7 +26,12 @@ struct KvLineStream {
   const char* base[2] = {nullptr, nullptr};  // K, V
   std::int64_t stride[2] = {0, 0};           // row strides in bytes
   int rows = 0, lines_per_row = 0;
-  int part = 2, row = 0, line = 0;           // cursor; part 2 = done
+  int part = 2, row = 0;  // the next run's part (2 = done) and first row
+  // The current run of lines, [at, end): a row, or all of a part's rows
+  // where they lie end to end (BNSD), so issuing a line is a compare, the
+  // prefetch and an add (decoding issues eight a key at head_dim 128).
+  const char* at = nullptr;
+  const char* end = nullptr;
 
   int total_lines() const { return 2 * rows * lines_per_row; }
   // Lines per step for a phase of `steps` steps that carries 1 / `phases`.
@@ -34,16 +39,27 @@ struct KvLineStream {
   int third_per_step(int steps) const { return per_step(steps, 3); }
   template <int kLocality = 2>
   void issue(int n) {
-    for (; n > 0 && part < 2; --n) {
-      __builtin_prefetch(base[part] + row * stride[part] + line * 64, 0, kLocality);
-      if (++line == lines_per_row) {
-        line = 0;
-        if (++row == rows) {
-          row = 0;
-          ++part;
-        }
+    for (; n > 0; --n) {
+      if (at == end && !next_run()) return;
+      __builtin_prefetch(at, 0, kLocality);
+      at += 64;
+    }
+  }
+
+ private:
+  // Moves [at, end) to the next run; false when every line was issued.
+  bool next_run() {
+    for (; part < 2; ++part, row = 0) {
+      if (row < rows) {
+        const std::int64_t bytes = std::int64_t(lines_per_row) * 64;
+        const int n = stride[part] == bytes ? rows - row : 1;
+        at = base[part] + row * stride[part];
+        end = at + n * bytes;
+        row += n;
+        return true;
       }
     }
+    return false;
   }
 };
 

@@ -70,6 +70,12 @@ inline float load_elem(const Elem<DT>* p, int d) {
 inline constexpr int kRowBlock = Vec::W >= 16 ? 4 : 2;
 inline constexpr int kKeyBlock = 4;  // keys per score block: four independent sums per row
 inline constexpr int kPvKeys = 8;    // keys per P·V block (see row_accumulate)
+// Keys per P·V block of the pair products (for_pv_pair_blocks): their
+// accumulators go back to O after each block, so a block of 8 keys paid a
+// load and a store of each accumulator for every four key pairs; 32 keys'
+// V rows (8 KiB at head_dim 128 in bf16) still stay in L1 across a
+// block's chunks.
+inline constexpr int kPvPairKeys = 32;
 
 // s[r * lds + c] = dot(q_r, k_c) for NR rows (q: [NR][D]) and keys
 // [0, cols) of a K tile, kKeyBlock keys at a time so each row's sums are
@@ -530,20 +536,20 @@ inline void pv_dot_chunk(float* o, int D, const float* alpha, bool first, const 
   store_pv_rows(acc, o, D, d0);
 }
 
-// row_accumulate with bf16 P and V (pv_dot_chunk): key blocks of kPvKeys,
+// row_accumulate with bf16 P and V (pv_dot_chunk): key blocks of kPvPairKeys,
 // within a block head_dim in chunks of 64, so a block's V rows stay in L1
 // across its chunks.  Each element's sum runs over the key pairs in order,
 // whatever NR.
-// The key blocks of P·V on pairs: kPvKeys keys a block, and within a block
+// The key blocks of P·V on pairs: kPvPairKeys keys a block, and within a block
 // head_dim in chunks of `wide` dims (chunk.template operator()<true>(c0, c1,
 // d0)), then of `narrow` (<false>) for the rest, so a block's V rows stay
 // in L1 across its chunks.
 template <class Chunk>
 inline void for_pv_pair_blocks(int D, int cols, int wide, int narrow, KvLineStream& next, int per_block, Chunk&& chunk) {
-  static_assert(kPvKeys % 2 == 0, "key pairs");
-  for (int c0 = 0; c0 < cols; c0 += kPvKeys) {
+  static_assert(kPvPairKeys % 2 == 0, "key pairs");
+  for (int c0 = 0; c0 < cols; c0 += kPvPairKeys) {
     next.issue(per_block);
-    const int c1 = c0 + kPvKeys < cols ? c0 + kPvKeys : cols;
+    const int c1 = c0 + kPvPairKeys < cols ? c0 + kPvPairKeys : cols;
     int d0 = 0;
     for (; d0 + wide <= D; d0 += wide) chunk.template operator()<true>(c0, c1, d0);
     for (; d0 < D; d0 += narrow) chunk.template operator()<false>(c0, c1, d0);
@@ -966,8 +972,14 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
   // tile's work allows, since a burst of prefetches beyond the core's miss
   // buffers stalls the work behind it.
   auto tile_cols = [&](std::int64_t j0) { return static_cast<int>(kv_end - j0 < tkv ? kv_end - j0 : tkv); };
+  // P·V's key blocks: kPvPairKeys on the pair products, else kPvKeys.
+  bool pair_pv = fp8dot;
+#if defined(FA_HAVE_ROW_DOT)
+  pair_pv = pair_pv || dot;
+#endif
+  const int pv_keys = pair_pv ? kPvPairKeys : kPvKeys;
   auto tile_steps = [&](int cols) {
-    return row_blocks(head_rows) * ((cols + kKeyBlock - 1) / kKeyBlock + (cols + kPvKeys - 1) / kPvKeys);
+    return row_blocks(head_rows) * ((cols + kKeyBlock - 1) / kKeyBlock + (cols + pv_keys - 1) / pv_keys);
   };
   auto head_k = [&](int g) { return kbase + g * job.k_strides[1] * kv_es; };
   auto head_v = [&](int g) { return vbase + g * job.v_strides[1] * kv_es; };
