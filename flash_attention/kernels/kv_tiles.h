@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "../common/dtype_convert.h"
+#include "kv_line_stream.h"
 #include "tile_state.h"
 #if defined(FA_HAVE_SIMD_CONVERT)
 #include "fp8_convert.h"
@@ -13,55 +14,6 @@
 
 namespace fa::FA_KERNEL_NS {
 
-// The next K/V tile's cache lines, fetched a few at a time from inside this
-// tile's three long phases (Q·Kᵀ, softmax, P·V each issue a third of them,
-// a share per block or row step) instead of all at the tile's start: two
-// thousand prefetches in a row wait on the core's fill buffers just as the
-// loads they replace would, while spread over the compute their latency hides
-// behind it.  Into L2 (a tile is larger than L1): K rows first, then V.
-// The pair path always streams them; the vector paths' tile loop with
-// FA_ENABLE_ASYNC (its two products issue half each); the row path with
-// FA_ENABLE_ASYNC issues all of them at once, into L1 (load_kv_tile).
-struct KvLineStream {
-  const char* base[2] = {nullptr, nullptr};  // K, V
-  std::int64_t stride[2] = {0, 0};           // row strides in bytes
-  int rows = 0, lines_per_row = 0;
-  int part = 2, row = 0;  // the next run's part (2 = done) and first row
-  // The current run of lines, [at, end): a row, or all of a part's rows
-  // where they lie end to end (BNSD), so issuing a line is a compare, the
-  // prefetch and an add (decoding issues eight a key at head_dim 128).
-  const char* at = nullptr;
-  const char* end = nullptr;
-
-  int total_lines() const { return 2 * rows * lines_per_row; }
-  // Lines per step for a phase of `steps` steps that carries 1 / `phases`.
-  int per_step(int steps, int phases) const { return (total_lines() + phases * steps - 1) / (phases * steps); }
-  int third_per_step(int steps) const { return per_step(steps, 3); }
-  template <int kLocality = 2>
-  void issue(int n) {
-    for (; n > 0; --n) {
-      if (at == end && !next_run()) return;
-      __builtin_prefetch(at, 0, kLocality);
-      at += 64;
-    }
-  }
-
- private:
-  // Moves [at, end) to the next run; false when every line was issued.
-  bool next_run() {
-    for (; part < 2; ++part, row = 0) {
-      if (row < rows) {
-        const std::int64_t bytes = std::int64_t(lines_per_row) * 64;
-        const int n = stride[part] == bytes ? rows - row : 1;
-        at = base[part] + row * stride[part];
-        end = at + n * bytes;
-        row += n;
-        return true;
-      }
-    }
-    return false;
-  }
-};
 
 
 // Rows [0, rows) of a tile in the caller's dtype to fp32 [rows][D] (FP8 as
