@@ -50,7 +50,7 @@ struct ALayout {
 // scaled index.  Written as a + i * row, K read in place (a stride known
 // only at run time) took a register per row: GCC kept three and reloaded
 // the rest from the stack on every pair step (the packed GQA tile at 16
-// rows a K/V head, Zen 4: 0.95-0.96x the time this way).  With the A
+// rows a K/V head, Zen 4: 0.93-0.97x the time this way).  With the A
 // blocks' constant stride it all folds to immediate offsets as before.
 // dot_block_half keeps a + i * row: its 16 rows through these pointers
 // took 1.27x the time (GQA 32/8 at 5 queries).

@@ -1,6 +1,6 @@
 // K/V (and Q) tiles from the caller's tensors: loading in the caller's
 // dtype, widening to fp32, the contiguous tile buffers, and the next tile's
-// cache lines streamed into L2 (KvLineStream).
+// cache lines streamed into L2 (KvLineStream, in kv_line_stream.h).
 #pragma once
 
 #include <cstring>
@@ -13,8 +13,6 @@
 #endif
 
 namespace fa::FA_KERNEL_NS {
-
-
 
 // Rows [0, rows) of a tile in the caller's dtype to fp32 [rows][D] (FP8 as
 // its values, the descale factors being applied to the scores and outputs).

@@ -28,7 +28,9 @@ std::vector<const char*> expected_lines(const KvLineStream& s) {
 // Visits every line, `step` lines an issue, and a few issues past the end.
 std::vector<const char*> visited_lines(KvLineStream s, int step) {
   std::vector<const char*> lines;
-  for (int i = 0; i < s.total_lines() / step + 4; ++i) s.for_next(step, [&](const char* line) { lines.push_back(line); });
+  for (int i = 0; i < s.total_lines() / step + 4; ++i) {
+    s.for_next(step, [&](const char* line) { lines.push_back(line); });
+  }
   return lines;
 }
 
