@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "common/dtype_convert.h"
+#include "../common/dtype_convert.h"
 
 namespace fa::FA_KERNEL_NS {
 
