@@ -136,7 +136,7 @@ Status glu_forward(const GluParams& p, const GluTensors& t) {
   job.y_stride = stride_of(t.y);
   const double footprint = static_cast<double>(job.rows) * static_cast<double>(d) *
                            static_cast<double>(2 * xs + (t.y.dtype == DType::kF32 ? 4 : 2));
-  job.stream = p.stream_output ? *p.stream_output : footprint > static_cast<double>(detail::last_level_cache_bytes());
+  job.stream = detail::stream_outputs(p.stream_output, footprint);
   // Items of about 16K outputs: whole rows where rows are many, a row's
   // column blocks (multiples of 64) where they are few (a decoding step's
   // one row of 14336).

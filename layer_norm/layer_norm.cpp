@@ -208,7 +208,7 @@ Status norm_forward(const NormParams& p, const NormTensors& t) {
   job.rstd = t.rstd;
   const double footprint = static_cast<double>(job.rows) * static_cast<double>(n) *
                            static_cast<double>(detail::norm_elem_bytes(t.x.dtype) + detail::norm_elem_bytes(t.y.dtype));
-  job.stream = p.stream_output ? *p.stream_output : footprint > static_cast<double>(detail::last_level_cache_bytes());
+  job.stream = detail::stream_outputs(p.stream_output, footprint);
 
   return run_rows(job, p.threads, table_of(isa)->run_rows);
 }
@@ -237,7 +237,7 @@ Status residual_add(const NormParams& p, const NormTensors& t) {
   // norms send y: ordinary stores read each line from memory first.
   const double footprint = static_cast<double>(job.rows) * static_cast<double>(job.hidden) *
                            static_cast<double>(2 * detail::norm_elem_bytes(t.x.dtype) + detail::norm_elem_bytes(t.residual.dtype));
-  job.stream = p.stream_output ? *p.stream_output : footprint > static_cast<double>(detail::last_level_cache_bytes());
+  job.stream = detail::stream_outputs(p.stream_output, footprint);
   return run_rows(job, p.threads, table_of(isa)->add_rows);
 }
 

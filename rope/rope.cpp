@@ -310,7 +310,7 @@ Status rope_forward(const RopeParams& p, const RopeTensors& t) {
   // theirs: an ordinary store reads its line from memory first, a third
   // stream beside the input and the output (in place: none to avoid).
   const bool separate = t.q_out.data || t.k_out.data;
-  job.stream = separate && (p.stream_output ? *p.stream_output : bytes > static_cast<double>(detail::last_level_cache_bytes()));
+  job.stream = separate && detail::stream_outputs(p.stream_output, bytes);
   // Items: chunks of 16 tokens, whose expanded cos/sin rows (2 x 16 x
   // rotary_dim floats, 16 KiB at 128) stay in L1 while every head of the
   // chunk reuses them (measured on BNSD, where each head re-reads them: 8

@@ -78,4 +78,11 @@ inline std::size_t last_level_cache_bytes() {
   return bytes;
 }
 
+// Whether an element-wise call sends its outputs through non-temporal
+// stores: as the caller asked (the operators' stream_output), else when
+// the call moves more bytes than the last-level cache holds.
+inline bool stream_outputs(const std::optional<bool>& asked, double bytes) {
+  return asked ? *asked : bytes > static_cast<double>(last_level_cache_bytes());
+}
+
 }  // namespace fa::detail
