@@ -222,7 +222,7 @@ SWEEP = os.path.join(ROOT, "bench", "shape_sweep")
 def case_shape_sweep_small_grid(binary, d):
     out = os.path.join(d, "sweep")
     p = run([sys.executable, SWEEP, f"--benchmark={binary}", f"--out={out}", "--head-dims=40,64", "--seq-q=1,8",
-             "--gqa=1,4", "--seq-kv=256", "--prefill-seq=64", "--dtypes=bf16", "--causal=off", "--runs=1"])
+             "--gqa=1,4", "--seq-kv=256", "--prefill-seq=64", "--dtypes=bf16", "--causal=off", "--runs=1", "--passes=2"])
     assert p.returncode == 0, p.stdout + p.stderr
     import csv
     with open(os.path.join(out, "shape_sweep.csv")) as f:
@@ -235,6 +235,9 @@ def case_shape_sweep_small_grid(binary, d):
         assert r["status"] == "OK" and r["bound"] in ("compute", "memory"), r
         assert float(r["tflops"]) > 0 and float(r["bound_tflops"]) > 0, r
         assert abs(float(r["share"]) - float(r["tflops"]) / float(r["bound_tflops"])) < 1e-9, r
+        # Two passes: the best share kept, the worst beside it.
+        assert r["passes"] == "2" and 0 < float(r["share_worst"]) <= float(r["share"]), r
+    assert len(re.findall(r"^\[\d+/12\] pass [12] ", p.stdout, re.M)) == 12, p.stdout
     assert os.path.exists(os.path.join(out, "flagged.txt"))
     assert re.search(r"flagged \(below half of their class's best share\): \d+", p.stdout), p.stdout
     try:
@@ -252,7 +255,8 @@ def case_shape_sweep_rejects_bad_input(binary, d):
                        (["--head-dims=8,x"], "--head-dims: '8,x' is not a comma-separated list"),
                        (["--dtypes=int4"], "--dtypes: 'int4'"),
                        (["--isas=npu"], "--isas: 'npu'"),
-                       (["--runs=0"], "--runs must be >= 1")):
+                       (["--runs=0"], "--runs must be >= 1"),
+                       (["--passes=0"], "--passes must be >= 1")):
         p = run([sys.executable, SWEEP, f"--benchmark={binary}", f"--out={out}", *args])
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1 and text in p.stderr, (args, p.returncode, p.stderr)
