@@ -256,7 +256,8 @@ def case_shape_sweep_rejects_bad_input(binary, d):
                        (["--dtypes=int4"], "--dtypes: 'int4'"),
                        (["--isas=npu"], "--isas: 'npu'"),
                        (["--runs=0"], "--runs must be >= 1"),
-                       (["--passes=0"], "--passes must be >= 1")):
+                       (["--passes=0"], "--passes must be >= 1"),
+                       (["--warmup-runs=-1"], "--warmup-runs must be >= 0")):
         p = run([sys.executable, SWEEP, f"--benchmark={binary}", f"--out={out}", *args])
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1 and text in p.stderr, (args, p.returncode, p.stderr)
