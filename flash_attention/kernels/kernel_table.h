@@ -21,17 +21,26 @@ namespace fa::detail {
 // tiles of up to kRowPathPairRows take it (TilePlan::row_rows,
 // AttentionJob::row_rows).  For an FP8 cache the tile loops are the FMA
 // products on tiles widened to fp32: 8 rows there took about 3x the time of 4
-// on the row path (Zen 4, docs/PERF.md).
+// on the row path (Zen 4, docs/PERF.md).  So do fp16 queries of 5 to 8
+// rows with no GQA group to pack, where the vector has 16 lanes: the FMA
+// tile loop left half of a 16-row tile's lanes idle, and the row path in
+// two blocks of 4 rows took 0.4-0.6x its time (8 heads, 4096 keys, Zen 4);
+// packed GQA groups of 8 rows, bf16 without pair products and fp32 gained
+// nothing or lost there, and keep 4.
 inline constexpr int kRowPathMaxRows = 4;
 inline constexpr int kRowPathPairRows = 8;
+inline constexpr int kRowPathHalfRows = 8;
 // (static: this header is compiled with every path's flags, see DESIGN.)
 static constexpr bool row_path_has_pair_products(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
   if (isa != Isa::kAvx512Bf16) return false;
   if (is_fp8(kv_dtype)) return dtype == DType::kBF16 || dtype == DType::kF16;
   return dtype == DType::kBF16 && kv_dtype == DType::kBF16 && head_dim % 32 == 0;
 }
-static constexpr int row_path_max_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
-  return row_path_has_pair_products(isa, dtype, kv_dtype, head_dim) ? kRowPathPairRows : kRowPathMaxRows;
+static constexpr int row_path_max_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim, std::int64_t group) {
+  if (row_path_has_pair_products(isa, dtype, kv_dtype, head_dim)) return kRowPathPairRows;
+  const bool lanes16 = isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16;
+  if (lanes16 && dtype == DType::kF16 && kv_dtype == DType::kF16 && group == 1) return kRowPathHalfRows;
+  return kRowPathMaxRows;
 }
 
 // The stages of the tile loops that FA_STAGE_TIMING=1 times (TSC cycles,

@@ -783,9 +783,10 @@ TEST_P(EdgeCases, PackedGqaTileEqualsRepeatedKvHeads) {
   }
   for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
     const std::int64_t D = layout == Layout::kBSH ? 40 : 64;
-    // Two query counts a layout: a partial vector and whole ones, 5 to 32
-    // (past TilePlan::row_rows, so the repeated call runs a tile per head too).
-    for (std::int64_t seq_q : layout == Layout::kBSH ? std::array{5, 32} : std::array{9, 19}) {
+    // Two query counts a layout: a partial vector and whole ones, 9 to 32
+    // (past TilePlan::row_rows, 8 for fp16 with no group, so the repeated
+    // call runs a tile per head too).
+    for (std::int64_t seq_q : layout == Layout::kBSH ? std::array{11, 32} : std::array{9, 19}) {
       for (int variant = 0; variant < 2; ++variant) {
         fa::AttentionParams p;
         p.batch = 2;
@@ -965,7 +966,10 @@ TEST_P(EdgeCases, ShortQueriesAtWholeVectorsOfPairs) {
       EXPECT_FALSE(plan.pack_tile) << where << ": bf16 short queries take the row path's pair products here";
       EXPECT_EQ(plan.row_rows, 8) << where;
     } else {
-      EXPECT_EQ(plan.row_rows, 4) << where;
+      // fp16 with no group to pack, 16 lanes: up to 8 rows (kRowPathHalfRows).
+      const bool lanes16 = isa() == fa::Isa::kAvx512 || isa() == fa::Isa::kAvx512Bf16;
+      const bool half_rows = lanes16 && dtype() == DType::kF16 && s.heads == s.kv_heads;
+      EXPECT_EQ(plan.row_rows, half_rows ? 8 : 4) << where;
     }
     const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
     ASSERT_TRUE(r.status.ok()) << r.status.message();
