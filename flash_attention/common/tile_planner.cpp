@@ -305,7 +305,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // widened to fp32: 5 to 8 query rows 1.7-2.9x faster on the row path (8/8),
   // 1.3-1.5x at 5 rows of 32/8, level at 8 (Zen 4, docs/PERF.md).  fp16
   // with no group to pack takes the FMA row path up to 8 rows on 16 lanes
-  // (kRowPathHalfRows: 0.45-0.5x the time of the half-empty 16-row tile).
+  // (kRowPathHalfRows: 0.4-0.6x the time of the half-empty 16-row tile).
   const bool row_dot = detail::row_path_has_pair_products(isa, dtype, kv_dtype, p.head_dim);
   const int row_rows = detail::row_path_max_rows(isa, dtype, kv_dtype, p.head_dim, group);
   const bool pair_rows = matrix && kv_dtype == dtype && group * longest_q >= (row_dot ? 9 : 8);
