@@ -115,14 +115,16 @@ std::vector<TileTiming> time_tile_mixes(long reps) {
   loads("TILELOADD from memory, stride 64, 4 KiB pages", mem, kMem, 64, 0, false);
   loads("TILELOADD from memory, stride 64, huge pages", mem_huge, kMem, 64, 0, false);
   loads("TILELOADDT1 from memory, stride 64, 4 KiB pages", mem, kMem, 64, 0, true);
-  t.push_back({"TILESTORED to a 16 x 256 fp32 score block (stride 1 KiB)", tsc_per_op(reps, 4, [&](long i) {
-                 float* o = out + (i & 7) * 32;
-                 _tile_stored(0, o, 1024);
-                 _tile_stored(1, o + 16, 1024);
-                 _tile_stored(2, o + 4096, 1024);
-                 _tile_stored(3, o + 4096 + 16, 1024);
-               }),
-               "1 KiB store"});
+  // The four accumulators into a 32 x 32 block of a 256-column fp32 tile
+  // (Sᵀ's or Oᵀ's: rows 1 KiB apart), the block chosen by i.
+  auto store_scores = [&](long i) {
+    float* o = out + (i & 7) * 32;
+    _tile_stored(0, o, 1024);
+    _tile_stored(1, o + 16, 1024);
+    _tile_stored(2, o + 4096, 1024);
+    _tile_stored(3, o + 4096 + 16, 1024);
+  };
+  t.push_back({"TILESTORED to a 16 x 256 fp32 score block (stride 1 KiB)", tsc_per_op(reps, 4, store_scores), "1 KiB store"});
   // The products' blocks: 2 A and 2 B tiles per step of 32 dims.
   auto block = [&](const std::uint8_t* a, const std::uint8_t* b, int steps) {
     for (int d = 0; d < steps; ++d) {
@@ -141,11 +143,7 @@ std::vector<TileTiming> time_tile_mixes(long reps) {
     _tile_zero(2);
     _tile_zero(3);
     block(a, b, 4);
-    float* o = out + (i & 7) * 32;
-    _tile_stored(0, o, 1024);
-    _tile_stored(1, o + 16, 1024);
-    _tile_stored(2, o + 4096, 1024);
-    _tile_stored(3, o + 4096 + 16, 1024);
+    store_scores(i);
   };
   t.push_back({"Q*K^T block, head_dim 128: zero, 4 steps from L1, 4 stores", tsc_per_op(reps, 16, [&](long i) { qk_block(l1, l1 + 8192, i); }),
                "TDPBF16PS"});
@@ -160,10 +158,7 @@ std::vector<TileTiming> time_tile_mixes(long reps) {
                  _tile_loadd(3, o + 4096 + 16, 1024);
                  block(l1, l1 + 8192, 4);
                  block(l1, l1 + 8192, 4);
-                 _tile_stored(0, o, 1024);
-                 _tile_stored(1, o + 16, 1024);
-                 _tile_stored(2, o + 4096, 1024);
-                 _tile_stored(3, o + 4096 + 16, 1024);
+                 store_scores(i);
                }),
                "TDPBF16PS"});
   // Whether the tile unit works beside the vector units.
