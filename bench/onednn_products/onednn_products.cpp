@@ -27,17 +27,16 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "driver/cli_args.h"
+#include "driver/host_tensor.h"
 #include "driver/report.h"
 
 namespace {
@@ -54,17 +53,10 @@ struct Shape {
   bool causal;
 };
 
-std::uint16_t to_bf16(float x) {  // round to nearest even (finite inputs)
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return static_cast<std::uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-
-std::vector<std::uint16_t> random_bf16(std::size_t n, std::mt19937_64& rng, bool probabilities) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  std::vector<std::uint16_t> v(n);
-  for (auto& x : v) x = to_bf16(probabilities ? unit(rng) : normal(rng));
+// `count` bf16 values, normal(0, scale), from the drivers' seeded generator.
+std::vector<std::uint16_t> random_bf16(std::int64_t count, std::uint64_t seed, double scale) {
+  std::vector<std::uint16_t> v(static_cast<std::size_t>(count));
+  fa::cli::fill_normal(v.data(), fa::DType::kBF16, count, seed, scale);
   return v;
 }
 
@@ -148,11 +140,10 @@ double time_blocking(const Shape& s, std::int64_t bq, std::int64_t bk, bool pack
   const std::int64_t group = s.heads / s.kv_heads, shift = s.seq_kv - s.seq_q;  // causal diagonal, bottom-right
   std::vector<std::vector<float>> scores(threads), outputs(threads);
   std::vector<std::vector<std::uint16_t>> probs(threads);
-  std::mt19937_64 rng(7);
   for (int t = 0; t < threads; ++t) {
     scores[t].assign(static_cast<std::size_t>(bq * bk), 0.0f);
     outputs[t].assign(static_cast<std::size_t>(bq * D), 0.0f);
-    probs[t] = random_bf16(static_cast<std::size_t>(bq * bk), rng, true);
+    probs[t] = random_bf16(bq * bk, 7 + t, 0.5);
   }
   auto call = [&] {
 #pragma omp parallel num_threads(threads)
@@ -248,10 +239,9 @@ int run(int argc, char** argv) {
   if (args.has("block-q")) bqs = {args.integer("block-q", 0, 1, 1 << 20)};
   if (args.has("block-kv")) bks = {args.integer("block-kv", 0, 1, 1 << 20)};
 
-  std::mt19937_64 rng(1);
-  const auto q = random_bf16(static_cast<std::size_t>(s.batch * s.heads * s.seq_q * s.head_dim), rng, false);
-  const auto k = random_bf16(static_cast<std::size_t>(s.batch * s.kv_heads * s.seq_kv * s.head_dim), rng, false);
-  const auto v = random_bf16(static_cast<std::size_t>(s.batch * s.kv_heads * s.seq_kv * s.head_dim), rng, false);
+  const auto q = random_bf16(s.batch * s.heads * s.seq_q * s.head_dim, 1, 1.0);
+  const auto k = random_bf16(s.batch * s.kv_heads * s.seq_kv * s.head_dim, 2, 1.0);
+  const auto v = random_bf16(s.batch * s.kv_heads * s.seq_kv * s.head_dim, 3, 1.0);
   // FLOPs as fa2_benchmark counts them: the query-key pairs that may attend.
   double pairs = 0;
   for (std::int64_t i = 0; i < s.seq_q; ++i) pairs += s.causal ? double(std::min(s.seq_kv, i + 1 + s.seq_kv - s.seq_q)) : double(s.seq_kv);
