@@ -308,7 +308,14 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // (kRowPathHalfRows: 0.4-0.6x the time of the half-empty 16-row tile).
   const bool row_dot = detail::row_path_has_pair_products(isa, dtype, kv_dtype, p.head_dim);
   const int row_rows = detail::row_path_max_rows(isa, dtype, kv_dtype, p.head_dim, group);
-  const bool pair_rows = matrix && kv_dtype == dtype && group * longest_q >= (row_dot ? 9 : 8);
+  // Where the tile unit reads K/V rows in place, a group of 2 to 7 rows
+  // takes the packed tile too, when each K/V head's keys lie together
+  // (BNSD: GQA 32/8 decoding 0.73-0.98x the row path's time on a Xeon with
+  // AMX, docs/PERF.md); with heads side by side the row path, reading whole
+  // token rows, stays faster there (the tile reads one head's slice of each).
+  const bool rows_tile = detail::tile_reads_kv_rows(isa, dtype, kv_dtype, p.head_dim) && !p.kv_heads_side_by_side;
+  const int pair_min_rows = rows_tile ? 2 : row_dot ? 9 : 8;
+  const bool pair_rows = matrix && kv_dtype == dtype && group * longest_q >= pair_min_rows;
   bool pack_tile = version != Version::kFA1 && group > 1 && longest_q <= kPackTileMaxRows &&
                    (longest_q > row_rows || pair_rows);
   int tq = p.tile_q != 0 ? p.tile_q : detail::kDefaultTileQ;

@@ -232,6 +232,275 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo,
   }
 }
 
+// --- K and V read as rows where they lie (bf16) -----------------------------
+// A tile load takes any row stride, and a K row is already an A row: 32
+// dims of a key in 64 bytes.  So Sᵀ = K · Qᵀ reads K where it lies.  V's
+// rows are B rows only as pairs of dims, (V[c][2n], V[c][2n + 1]): a product
+// with P in the even halves of A's pairs and zeros in the odd ones sums over
+// keys into the even dims, and one with P in the odd halves into the odd
+// dims.  At most 8 query rows (decoding at GQA up to 8 heads a K/V head)
+// take both in one product: P's rows in the even halves of A rows 0-7 and
+// again in the odd halves of rows 8-15.  Else it is twice the second
+// product's tile work.  No transpose of V and no copy of either: a
+// decoding call streams its K/V once (packing each K/V tile first cost a
+// third of GQA decoding's time), and the tile unit has work to spare there.
+//
+// O is then held in row tiles (RowTiles, bf16_pair_path.h).
+
+// Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols (a multiple of 16), r <
+// width; K's bf16 rows k_row_bytes apart (a multiple of 64, from a 64-byte
+// boundary: a tile row off its line costs several times one on it), D of
+// their dims read; Qᵀ in B-tile order (pack_q_pairs).  `spans` as
+// amx_scores.  The next tile's lines go out a share per tile step: a burst
+// of prefetches beyond the core's miss buffers stalls the work behind it.
+inline void amx_scores_rows(const char* k, std::int64_t k_row_bytes, const std::uint32_t* qb, int tq, int D, int cols,
+                            int width, float* st, const KeySpan* spans, KvLineStream* next) {
+  const std::int64_t sts = std::int64_t(tq) * 4;
+  // A share of the next tile's lines per product of two-row blocks.
+  const int share = next ? next->third_per_step(((cols + 31) / 32) * ((width + 31) / 32) * (D / 32) * 2) : 0;
+  for (int c0 = 0; c0 < cols; c0 += 32) {
+    const bool keys2 = c0 + 32 <= cols;  // else the last 16 keys
+    const char* k0 = k + std::int64_t(c0) * k_row_bytes;
+    const char* k1 = k0 + 16 * k_row_bytes;
+    float* s0 = st + std::int64_t(c0) * tq;
+    float* s1 = s0 + 16 * std::int64_t(tq);
+    for (int r0 = 0; r0 < width; r0 += 32) {
+      const bool rows2 = r0 + 32 <= width;  // else the last 16 rows
+      if (!touches(rows_key_span(spans, r0, rows2 ? 32 : 16, cols), c0)) {
+        if (next) next->issue(share * (D / 32) * 2);
+        continue;
+      }
+      FA_TILE_ZERO(0);
+      FA_TILE_ZERO(1);
+      FA_TILE_ZERO(2);
+      FA_TILE_ZERO(3);
+      for (int d0 = 0; d0 < D; d0 += 32) {
+        const std::uint32_t* q0 = qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16;
+        FA_TILE_LOAD(4, k0 + d0 * 2, k_row_bytes);
+        FA_TILE_LOAD(6, q0, 64);
+        FA_TILE_DOT(0, 4, 6);
+        if (next) next->issue(share);
+        if (rows2) {
+          FA_TILE_LOAD(7, q0 + std::int64_t(D / 2) * 16, 64);
+          FA_TILE_DOT(1, 4, 7);
+        }
+        if (keys2) {
+          FA_TILE_LOAD(5, k1 + d0 * 2, k_row_bytes);
+          FA_TILE_DOT(2, 5, 6);
+          if (rows2) FA_TILE_DOT(3, 5, 7);
+        }
+        if (next) next->issue(share);
+      }
+      FA_TILE_STORE(0, s0 + r0, sts);
+      if (rows2) FA_TILE_STORE(1, s0 + r0 + 16, sts);
+      if (keys2) {
+        FA_TILE_STORE(2, s1 + r0, sts);
+        if (rows2) FA_TILE_STORE(3, s1 + r0 + 16, sts);
+      }
+    }
+  }
+}
+
+// One row block's probabilities for keys [0, keys) (a multiple of 16), from
+// P's B-tile pairs (pack_p_pairs' order, the block's first pair at pb), as
+// the A tiles of the products with V's rows, one per 16 keys, 256 32-bit
+// pairs each: P[r][c] in the low half of pair c of row r, zero in the high
+// half, then the same with the halves swapped (both parities: 2 tiles per
+// 16 keys); or with `halves`, rows 0-7 the first way and rows 8-15 the
+// second (1 tile).  The pairs past `keys` up to the next 32 are read (the
+// softmax wrote them, zeros) and dropped.
+inline void spread_probabilities(const std::uint32_t* pb, int keys, bool halves, std::uint32_t* spread) {
+  const int tiles_per_16 = halves ? 1 : 2;
+  for (int c0 = 0; c0 < keys; c0 += 32) {
+    __m512i r[16];
+    for (int p = 0; p < 16; ++p) r[p] = _mm512_loadu_si512(pb + std::int64_t(c0 / 2 + p) * 16);
+    transpose_16x16_epi32(r);  // r[row]: P[row][c0 .. c0 + 31] in bf16
+    for (int part = 0; part < 2 && c0 + 16 * part < keys; ++part) {
+      std::uint32_t* out = spread + std::int64_t(c0 / 16 + part) * tiles_per_16 * 256;
+      for (int row = 0; row < (halves ? 8 : 16); ++row) {
+        const __m256i p16 = part == 0 ? _mm512_castsi512_si256(r[row]) : _mm512_extracti64x4_epi64(r[row], 1);
+        const __m512i low = _mm512_cvtepu16_epi32(p16);
+        _mm512_store_si512(out + row * 16, low);
+        _mm512_store_si512(out + (halves ? (8 + row) * 16 : 256 + row * 16), _mm512_slli_epi32(low, 16));
+      }
+    }
+  }
+}
+
+// The tile loop of amx_accumulate_rows: C tiles 0 .. N-1 (+)= the spread
+// A tiles x V's rows, for N of 32 dims each (halves: one C tile a 32 dims)
+// or N / 2 (both parities: two C tiles a 32 dims, the even dims' first).
+template <int N, bool kHalves>
+inline void rows_products(const std::uint32_t* spread, int keys, const char* v, std::int64_t v_row_bytes,
+                          KvLineStream* next, int share) {
+  static_assert(N >= 1 && N <= 4 && (kHalves || N % 2 == 0));
+  for (int c = 0; c < keys; c += 16) {
+    const char* vc = v + std::int64_t(c) * v_row_bytes;
+    if constexpr (kHalves) {
+      FA_TILE_LOAD(4, spread + std::int64_t(c / 16) * 256, 64);
+      FA_TILE_LOAD(6, vc, v_row_bytes);
+      FA_TILE_DOT(0, 4, 6);
+      if (next) next->issue(share);
+      if constexpr (N > 1) {
+        FA_TILE_LOAD(7, vc + 64, v_row_bytes);
+        FA_TILE_DOT(1, 4, 7);
+        if (next) next->issue(share);
+      }
+      if constexpr (N > 2) {
+        FA_TILE_LOAD(6, vc + 128, v_row_bytes);
+        FA_TILE_DOT(2, 4, 6);
+        if (next) next->issue(share);
+      }
+      if constexpr (N > 3) {
+        FA_TILE_LOAD(7, vc + 192, v_row_bytes);
+        FA_TILE_DOT(3, 4, 7);
+        if (next) next->issue(share);
+      }
+    } else {
+      FA_TILE_LOAD(4, spread + std::int64_t(c / 16) * 512, 64);
+      FA_TILE_LOAD(5, spread + std::int64_t(c / 16) * 512 + 256, 64);
+      FA_TILE_LOAD(6, vc, v_row_bytes);
+      FA_TILE_DOT(0, 4, 6);
+      FA_TILE_DOT(1, 5, 6);
+      if (next) next->issue(share);
+      if constexpr (N > 2) {
+        FA_TILE_LOAD(7, vc + 64, v_row_bytes);
+        FA_TILE_DOT(2, 4, 7);
+        FA_TILE_DOT(3, 5, 7);
+        if (next) next->issue(share);
+      }
+    }
+  }
+}
+
+// O[r][d] (+)= sum_c P[r][c] V[c][d] for r < width, d < D, c < cols (a
+// multiple of 16), in RowTiles' order (O = the sum, without reading it, when
+// `fresh`); V's bf16 rows v_row_bytes apart (as K's in amx_scores_rows); P
+// in pack_p_pairs' order (ldp pairs a row block), spread `chunk` keys at a
+// time (a multiple of 32) into `spread` (chunk * 32 32-bit pairs, 64-byte
+// aligned).
+inline void amx_accumulate_rows(const char* v, std::int64_t v_row_bytes, const std::uint32_t* pb, int ldp,
+                                std::uint32_t* spread, int chunk, const RowTiles& o, int cols, int width, bool fresh,
+                                KvLineStream* next) {
+  const int D = o.D;
+  // C tiles a pass: four of 32 dims each (halves), or two 32-dim blocks'
+  // even and odd tiles.
+  const int pass_dims = o.halves ? 128 : 64;
+  // A share of the next tile's lines per 32 dims of a 16-key step.
+  const int share = next ? next->third_per_step((width / 16) * (cols / 16) * ((D + 31) / 32)) : 0;
+  for (int rb = 0; rb < width / 16; ++rb) {
+    for (int c0 = 0; c0 < cols; c0 += chunk) {
+      const int keys = cols - c0 < chunk ? cols - c0 : chunk;
+      spread_probabilities(pb + (std::int64_t(rb) * ldp + c0 / 2) * 16, keys, o.halves, spread);
+      const bool zero = fresh && c0 == 0;
+      for (int d0 = 0; d0 < D; d0 += pass_dims) {
+        const int blocks = (D - d0 < pass_dims ? D - d0 : pass_dims) / 32;
+        const int n = o.halves ? blocks : 2 * blocks;  // C tiles, 256 floats apart from the first
+        float* c = o.at(rb * 16, d0 / 32, 0);
+        if (zero) {
+          FA_TILE_ZERO(0);
+          FA_TILE_ZERO(1);
+          FA_TILE_ZERO(2);
+          FA_TILE_ZERO(3);
+        } else {
+          FA_TILE_LOAD(0, c, 64);
+          if (n > 1) FA_TILE_LOAD(1, c + 256, 64);
+          if (n > 2) FA_TILE_LOAD(2, c + 512, 64);
+          if (n > 3) FA_TILE_LOAD(3, c + 768, 64);
+        }
+        const char* vd = v + std::int64_t(c0) * v_row_bytes + d0 * 2;
+        if (o.halves) {
+          switch (n) {
+            case 1: rows_products<1, true>(spread, keys, vd, v_row_bytes, next, share); break;
+            case 2: rows_products<2, true>(spread, keys, vd, v_row_bytes, next, share); break;
+            case 3: rows_products<3, true>(spread, keys, vd, v_row_bytes, next, share); break;
+            default: rows_products<4, true>(spread, keys, vd, v_row_bytes, next, share); break;
+          }
+        } else if (n == 2) {
+          rows_products<2, false>(spread, keys, vd, v_row_bytes, next, share);
+        } else {
+          rows_products<4, false>(spread, keys, vd, v_row_bytes, next, share);
+        }
+        FA_TILE_STORE(0, c, 64);
+        if (n > 1) FA_TILE_STORE(1, c + 256, 64);
+        if (n > 2) FA_TILE_STORE(2, c + 512, 64);
+        if (n > 3) FA_TILE_STORE(3, c + 768, 64);
+      }
+    }
+  }
+}
+
+// O *= alpha row by row, in RowTiles' order, for the rows < width;
+// skipped when every row's max stood still.
+inline void rescale_rows(const Workspace& w, const RowTiles& o, int width) {
+  __mmask16 moved = 0;
+  for (int j = 0; j < width / 16; ++j) {
+    moved |= _mm512_cmp_ps_mask(_mm512_loadu_ps(w.alpha + j * 16), _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
+  }
+  if (!moved) return;
+  for (int r = 0; r < (o.halves ? 8 : width); ++r) {
+    const __m512 a = _mm512_set1_ps(w.alpha[r]);
+    for (int b = 0; b < o.D / 32; ++b) {
+      for (int parity = 0; parity < 2; ++parity) {
+        float* x = o.at(r, b, parity);
+        _mm512_storeu_ps(x, _mm512_mul_ps(_mm512_loadu_ps(x), a));
+      }
+    }
+  }
+}
+
+// The epilogue of O in RowTiles' order: each row's even and odd dims
+// interleaved back, divided by the row's denominator, and written as
+// write_pair_outputs writes (or as the split-KV partials); head_dim a
+// multiple of 32.
+template <DType DT>
+inline void write_row_outputs(const AttentionJob& job, const Workspace& w, const TileItem& it, const RowTiles& o) {
+  alignas(64) static constexpr std::int32_t kLow[16] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+  alignas(64) static constexpr std::int32_t kHigh[16] = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i low = _mm512_load_si512(kLow), high = _mm512_load_si512(kHigh);
+  const float out_scale = output_scale(job, it.h);
+  // visit(d0, dims d0 .. d0 + 15, dims d0 + 16 .. d0 + 31) of row r, normalized.
+  auto row_dims = [&](int r, auto&& visit) {
+    const __m512 den = _mm512_set1_ps(row_denominator(w.l[r]) / out_scale);
+    for (int b = 0; b < o.D / 32; ++b) {
+      const __m512 even = _mm512_loadu_ps(o.at(r, b, 0)), odd = _mm512_loadu_ps(o.at(r, b, 1));
+      visit(b * 32, _mm512_div_ps(_mm512_permutex2var_ps(even, low, odd), den),
+            _mm512_div_ps(_mm512_permutex2var_ps(even, high, odd), den));
+    }
+  };
+  if (job.num_splits > 1) {
+    for (int r = 0; r < it.rows; ++r) {
+      const std::int64_t at = partial_row(job, it, r);
+      float* po = job.partial_o + at * o.D;
+      row_dims(r, [&](int d0, __m512 lo, __m512 hi) {
+        _mm512_storeu_ps(po + d0, lo);
+        _mm512_storeu_ps(po + d0 + 16, hi);
+      });
+      job.partial_lse[at] = row_lse(w.m[r], w.l[r]);
+    }
+    return;
+  }
+  with_output_dtype<DT>(job, [&]<DType ODT>() {
+    auto* obase = static_cast<Elem<ODT>*>(job.o);
+    for (int r = 0; r < it.rows; ++r) {
+      Elem<ODT>* out = obase + o_row_offset(job, it, r);
+      row_dims(r, [&](int d0, __m512 lo, __m512 hi) {
+        if constexpr (ODT == DType::kF32) {
+          _mm512_storeu_ps(out + d0, lo);
+          _mm512_storeu_ps(out + d0 + 16, hi);
+        } else if constexpr (ODT == DType::kBF16) {
+          _mm512_storeu_si512(out + d0, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+        } else {
+          constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + d0), _mm512_cvtps_ph(lo, kRound));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + d0 + 16), _mm512_cvtps_ph(hi, kRound));
+        }
+      });
+    }
+  });
+  write_tile_lse(job, w, it);
+}
+
 // The engine run_tile_pairs drives on this path.
 struct AmxProducts {
   static constexpr const char* kUnit = "AMX";  // for fa2_stages
@@ -257,6 +526,22 @@ struct AmxProducts {
                          std::int64_t p_lo, int tq, int D, int cols_pad, int width, float* ot, bool fresh,
                          const KeySpan* spans, KvLineStream* next) {
     amx_accumulate<kP>(vt, ldvt, v_lo, pb, ldp, p_lo, tq, D, cols_pad, width, ot, fresh, spans, next);
+  }
+  // bf16 K and V read as rows where they lie, O held in row tiles (above).
+  static constexpr bool kReadsKvRows = true;
+  static void scores_rows(const char* k, std::int64_t k_row_bytes, const std::uint32_t* qb, int tq, int D, int cols,
+                          int width, float* st, const KeySpan* spans, KvLineStream* next) {
+    amx_scores_rows(k, k_row_bytes, qb, tq, D, cols, width, st, spans, next);
+  }
+  static void accumulate_rows(const char* v, std::int64_t v_row_bytes, const std::uint32_t* pb, int ldp,
+                              std::uint32_t* spread, int chunk, const RowTiles& o, int cols, int width, bool fresh,
+                              KvLineStream* next) {
+    amx_accumulate_rows(v, v_row_bytes, pb, ldp, spread, chunk, o, cols, width, fresh, next);
+  }
+  static void rescale_rows(const Workspace& w, const RowTiles& o, int width) { fa::FA_KERNEL_NS::rescale_rows(w, o, width); }
+  template <DType DT>
+  static void write_rows(const AttentionJob& job, const Workspace& w, const TileItem& it, const RowTiles& o) {
+    write_row_outputs<DT>(job, w, it, o);
   }
 };
 

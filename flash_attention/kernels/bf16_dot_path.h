@@ -246,6 +246,8 @@ struct DotProducts {
   // them); head_dim is reduce_dims (a multiple of 16: the rows hold nothing
   // past it).
   static constexpr bool kReadsKInPlace = true;
+  // V too would need VDPBF16PS pairs of keys: it is packed (Vᵀ pairs).
+  static constexpr bool kReadsKvRows = false;
   static bool reads_k_in_place(std::int64_t head_dim, int cols, std::int64_t k_row_stride) {
     return head_dim % 16 == 0 && cols % kDotRows == 0 && k_row_stride % 2 == 0;
   }

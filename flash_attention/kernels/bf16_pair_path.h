@@ -335,7 +335,11 @@ inline __m512 exp2_probabilities(__m512 x) {
 template <int kP, bool kHalfExp = false>
 inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nvec, int tq, float scale,
                              std::uint32_t* pb, int ldp, std::int64_t lo, KvLineStream* next = nullptr) {
-  const int share = next ? next->third_per_step(((nvec + 1) / 2) * (cols_pad / 8)) : 0;  // per 8 keys of a row pair
+  // Per 8 keys of a row pair, or per 2 keys of a tile's only pair
+  // (decoding): a burst of prefetches beyond the core's miss buffers stalls
+  // the work behind it.
+  const int keys_per_issue = nvec <= 2 ? 2 : 8;
+  const int share = next ? next->third_per_step(((nvec + 1) / 2) * (cols_pad / keys_per_issue)) : 0;
   auto probabilities = [](__m512 xa, __m512 xb, __m512& pa, __m512& pbv) {
 #if defined(FA_HAVE_AVX512FP16)
     if constexpr (kHalfExp) {
@@ -349,7 +353,7 @@ inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nve
   __m512 even_a, even_b;  // key c - 1's probabilities, waiting for key c
   two_block_softmax(w, cols, cols_pad, nvec, tq, scale, kHalfExp ? 0.0f : kRescaleSlack, probabilities,
                     [&](int j, bool pair, int c, __m512 pa, __m512 pbv) {
-                      if (next && c % 8 == 7) next->issue(share);
+                      if (next && c % keys_per_issue == keys_per_issue - 1) next->issue(share);
                       if (c % 2 == 0) {
                         even_a = pa;
                         even_b = pbv;
@@ -415,6 +419,22 @@ inline void write_pair_outputs(const AttentionJob& job, const Workspace& w, cons
   });
   write_tile_lse(job, w, it);
 }
+
+// O as an engine that reads K and V as rows holds it (amx_tile_path.h,
+// AmxProducts::kReadsKvRows): in row tiles, 16 x 16 fp32 each: per 16 query
+// rows and 32 dims, the even dims' tile and the odd dims'; or with at most
+// 8 rows (`halves`), one tile per 32 dims, the even dims in rows 0-7 and
+// the odd ones in rows 8-15.
+struct RowTiles {
+  float* ot;
+  int D;
+  bool halves;
+  // Row r's dims 32 b + 2 n + parity, n = 0 ... 15.
+  float* at(int r, int b, int parity) const {
+    if (halves) return ot + std::int64_t(b) * 256 + (parity * 8 + r) * 16;
+    return ot + ((std::int64_t(r / 16) * (D / 32) + b) * 2 + parity) * 256 + (r % 16) * 16;
+  }
+};
 
 // Where an item's packed operands live in its scratch: Qᵀ pairs in Qᵀ's
 // space, K in the K buffer, Vᵀ in the V buffer, P after the common
@@ -558,7 +578,24 @@ class PairTileSteps {
   // two tiles over one K/V stream, one does).
   PairTileSteps(const AttentionJob& job, const Workspace& w, const TileItem& it, bool stream_next = true)
       : job_(job), w_(w), it_(it), op_(tile_operands(w, job.tile_q, job.tile_kv, pair_dims(job.head_dim))),
-        stream_next_(stream_next) {}
+        stream_next_(stream_next), rows_(reads_rows(job, it)) {}
+
+  // Whether the item reads K and V as rows where they lie, with O in the
+  // engine's row tiles (Engine::kReadsKvRows: the tile unit, bf16): where
+  // no K/V tile is shared between items (kv_pack), so each is read once per
+  // item anyway (decoding, packed groups, single-tile calls), head_dim is
+  // whole A-tile rows (32 dims), and every row starts on a 64-byte boundary.
+  static bool reads_rows([[maybe_unused]] const AttentionJob& job, [[maybe_unused]] const TileItem& it) {
+    if constexpr (!Engine::kReadsKvRows || DT != DType::kBF16) {
+      return false;
+    } else {
+      auto lined_up = [](const char* base, std::int64_t row_elems) {
+        return reinterpret_cast<std::uintptr_t>(base) % 64 == 0 && row_elems * 2 % 64 == 0;
+      };
+      return !job.kv_pack && job.head_dim % 32 == 0 && lined_up(it.kbase, job.k_strides[2]) &&
+             lined_up(it.vbase, job.v_strides[2]);
+    }
+  }
 
   // Q packed; the softmax state set.  Oᵀ is written whole by the first
   // tile's product (`fresh`), so it is cleared here only for an item that
@@ -577,6 +614,12 @@ class PairTileSteps {
     cols_pad_ = (cols_ + 31) & ~31;
     spans_ = tile_key_spans(job_, it_, j0, cols_, span_buffer_);
     next_ = stream_next_ ? next_tile_lines<DT>(job_, it_, j0) : KvLineStream{};
+    if constexpr (Engine::kReadsKvRows) {
+      if (rows_) {
+        locate_rows(j0);
+        return;
+      }
+    }
     kv_ = shared_kv_tile<DT>(job_, it_, j0, cols_, cols_pad_, op_);
     k_in_place_ = nullptr;
     if (kv_.own) {
@@ -596,6 +639,13 @@ class PairTileSteps {
   }
   // Sᵀ = K · Qᵀ; then Vᵀ packed when it is the item's own.
   void scores(StageLaps& laps) {
+    if constexpr (Engine::kReadsKvRows) {
+      if (rows_) {
+        Engine::scores_rows(k_rows_, k_row_bytes_, op_.qb, job_.tile_q, D(), cols16_, width(), w_.st, spans_, &next_);
+        laps.lap(kStageScores);
+        return;
+      }
+    }
     if constexpr (Engine::kReadsKInPlace && DT == DType::kBF16) {
       if (k_in_place_) {
         Engine::scores_in_place(reinterpret_cast<const std::uint16_t*>(k_in_place_), job_.k_strides[2] / 2, op_.qb,
@@ -626,6 +676,17 @@ class PairTileSteps {
     }
     laps.lap(kStageSoftmax);
     const bool fresh = j0_ == it_.kv_begin;
+    if constexpr (Engine::kReadsKvRows) {
+      if (rows_) {
+        if (!fresh) Engine::rescale_rows(w_, row_tiles(), width());
+        laps.lap(kStageRescale);
+        Engine::accumulate_rows(v_rows_, v_row_bytes_, op_.pb, tkv / 2, reinterpret_cast<std::uint32_t*>(w_.vbuf),
+                                spread_keys(), row_tiles(), cols16_, width(), fresh, &next_);
+        next_.issue(next_.total_lines());
+        laps.lap(kStagePv);
+        return;
+      }
+    }
     if (!fresh) rescale_output(w_, out_dims(), nvec, tq);
     laps.lap(kStageRescale);
     Engine::template accumulate<kP>(kv_.vt, tkv / 2, op_.v_lo, op_.pb, tkv / 2, op_.p_lo, tq, out_dims(), cols_pad_, width(),
@@ -633,7 +694,12 @@ class PairTileSteps {
     next_.issue(next_.total_lines());  // what rounding left
     laps.lap(kStagePv);
   }
-  void finish() { write_pair_outputs<DT>(job_, w_, it_); }
+  void finish() {
+    if constexpr (Engine::kReadsKvRows) {
+      if (rows_) return Engine::template write_rows<DT>(job_, w_, it_, row_tiles());
+    }
+    write_pair_outputs<DT>(job_, w_, it_);
+  }
 
  private:
   int dims() const { return static_cast<int>(job_.head_dim); }  // as given
@@ -653,6 +719,40 @@ class PairTileSteps {
     const int w = (it_.rows + Engine::kRowStep - 1) / Engine::kRowStep * Engine::kRowStep;
     return w < it_.nvec * 16 ? w : it_.nvec * 16;
   }
+  // The keys whose probabilities the row-reading engine spreads at a time
+  // (2 KiB of A tiles per 16 keys, in the V buffer, which holds a whole
+  // tile's: 128 B a key against its 4 D >= 128).
+  // O's row tiles (the row-reading engine's): with at most 8 query rows,
+  // both parities of a 32-dim block in one tile.
+  RowTiles row_tiles() const { return {w_.ot, D(), it_.rows <= 8}; }
+  int spread_keys() const { return job_.tile_kv < kSpreadKeys ? job_.tile_kv : kSpreadKeys; }
+  static constexpr int kSpreadKeys = 512;
+
+  // The K/V tile at j0_ as rows where they lie; a tile whose keys end
+  // inside a block of 16 (a sequence's last) is copied into the K buffer,
+  // K's rows then V's, with zero rows up to the block's end, so that no
+  // tile row reads past the keys.
+  void locate_rows(std::int64_t j0) {
+    cols16_ = (cols_ + 15) & ~15;
+    const std::int64_t row = kv_row(job_, it_.b, j0);
+    k_row_bytes_ = job_.k_strides[2] * 2;
+    v_row_bytes_ = job_.v_strides[2] * 2;
+    k_rows_ = it_.kbase + row * k_row_bytes_;
+    v_rows_ = it_.vbase + row * v_row_bytes_;
+    if (cols16_ == cols_) return;
+    const std::int64_t bytes = std::int64_t(D()) * 2;
+    char* k_copy = reinterpret_cast<char*>(w_.kbuf);
+    char* v_copy = k_copy + cols16_ * bytes;
+    for (int c = 0; c < cols_; ++c) {
+      std::memcpy(k_copy + c * bytes, k_rows_ + c * k_row_bytes_, bytes);
+      std::memcpy(v_copy + c * bytes, v_rows_ + c * v_row_bytes_, bytes);
+    }
+    std::memset(k_copy + cols_ * bytes, 0, (cols16_ - cols_) * bytes);
+    std::memset(v_copy + cols_ * bytes, 0, (cols16_ - cols_) * bytes);
+    k_rows_ = k_copy;
+    v_rows_ = v_copy;
+    k_row_bytes_ = v_row_bytes_ = bytes;
+  }
 
   const AttentionJob& job_;
   const Workspace& w_;
@@ -667,6 +767,13 @@ class PairTileSteps {
   KvLineStream next_;
   KvOperands kv_{};
   const Elem<DT>* k_in_place_ = nullptr;  // the tile's K rows, when the engine reads them as they are
+  // Rows where they lie (reads_rows): the tile's first K and V rows, their
+  // strides in bytes, and its keys rounded up to a block of 16.
+  const bool rows_;
+  const char* k_rows_ = nullptr;
+  const char* v_rows_ = nullptr;
+  std::int64_t k_row_bytes_ = 0, v_row_bytes_ = 0;
+  int cols16_ = 0;
 };
 
 // FA2's loop on the pair path: one Q tile's steps in order.

@@ -23,6 +23,14 @@ inline std::int64_t o_row_offset(const AttentionJob& job, const TileItem& it, in
   return it.b * job.o_strides[0] + at.head * job.o_strides[1] + at.query * job.o_strides[2];
 }
 
+// A tile's row r in a split-KV call's partials: the row of
+// partial_o ([split][batch * heads + head][query], head_dim floats each) and
+// the element of partial_lse.
+inline std::int64_t partial_row(const AttentionJob& job, const TileItem& it, int r) {
+  const TileRow at = tile_row(it, r);
+  return ((it.split * job.batch + it.b) * job.heads + at.head) * job.seq_q + at.query;
+}
+
 // O rows [0, rows) of a tile in the output dtype ODT: Oᵀ divided by the
 // denominators in w.alpha, transposed in 16 x 16 blocks.
 template <DType ODT>
@@ -48,30 +56,23 @@ inline void store_o_rows(const AttentionJob& job, const Workspace& w, const Tile
 template <DType DT>
 inline void write_tile_outputs(const AttentionJob& job, const Workspace& w, const TileItem& it, bool normalized = false) {
   const int D = static_cast<int>(job.head_dim), tq = job.tile_q, rows = it.rows;
-  const std::int64_t b = it.b, h = it.h, split = it.split;
-  const std::int64_t BH = job.batch * job.heads;
   // What each row is divided by (alpha is free now): its sum over V's
   // descale factor (1 but for FP8, which leaves the sum exact; the heads of
   // a packed tile share their K/V head's).
-  const float out_scale = output_scale(job, h);
+  const float out_scale = output_scale(job, it.h);
   for (int r = 0; r < rows; ++r) w.alpha[r] = (normalized ? 1.0f : row_denominator(w.l[r])) / out_scale;
   if (job.num_splits > 1) {  // a chunk's normalized fp32 partial, combined later
-    // Row r's partial: [split][b * heads + head][query].
-    auto partial_row = [&](int r) {
-      const TileRow at = tile_row(it, r);
-      return (split * BH + b * job.heads + at.head) * job.seq_q + at.query;
-    };
     for (int r0 = 0; r0 < rows; r0 += 16) {
       const int r1 = r0 + 16 < rows ? r0 + 16 : rows;
       for (int d0 = 0; d0 < D; d0 += 16) {
         const int d1 = d0 + 16 < D ? d0 + 16 : D;
         for (int r = r0; r < r1; ++r) {
-          float* po = job.partial_o + partial_row(r) * D;
+          float* po = job.partial_o + partial_row(job, it, r) * D;
           for (int d = d0; d < d1; ++d) po[d] = w.ot[std::int64_t(d) * tq + r] / w.alpha[r];
         }
       }
     }
-    for (int r = 0; r < rows; ++r) job.partial_lse[partial_row(r)] = row_lse(w.m[r], w.l[r]);
+    for (int r = 0; r < rows; ++r) job.partial_lse[partial_row(job, it, r)] = row_lse(w.m[r], w.l[r]);
     return;
   }
   with_output_dtype<DT>(job, [&]<DType ODT>() { store_o_rows<ODT>(job, w, it); });

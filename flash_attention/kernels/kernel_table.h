@@ -36,6 +36,12 @@ static constexpr bool row_path_has_pair_products(Isa isa, DType dtype, DType kv_
   if (is_fp8(kv_dtype)) return dtype == DType::kBF16 || dtype == DType::kF16;
   return dtype == DType::kBF16 && kv_dtype == DType::kBF16 && head_dim % 32 == 0;
 }
+// Whether the tile path reads bf16 K and V as rows where they lie (the AMX
+// engine, head_dim a multiple of 32; amx_tile_path.h): a packed GQA group's
+// tile then streams K/V with no packing, at the tile unit's speed.
+static constexpr bool tile_reads_kv_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
+  return isa == Isa::kAmx && dtype == DType::kBF16 && kv_dtype == DType::kBF16 && head_dim % 32 == 0;
+}
 static constexpr int row_path_max_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim, std::int64_t group) {
   if (row_path_has_pair_products(isa, dtype, kv_dtype, head_dim)) return kRowPathPairRows;
   const bool lanes16 = isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16;

@@ -31,11 +31,25 @@ inline void two_block_softmax(const Workspace& w, int cols, int keys, int nvec, 
     const bool pair = j + 1 < nvec;  // else only the first block (the second reads as zeros)
     const float* col_a = w.st + j * 16;
     const float* col_b = col_a + 16;
-    __m512 max_a = neg_inf, max_b = neg_inf;
-    for (int c = 0; c < cols; ++c) {
+    // The max over keys in two chains a block: one block (a tile of at most
+    // 16 rows, as decoding's) would otherwise wait on VMAXPS's latency key
+    // after key.
+    __m512 max_a = neg_inf, max_b = neg_inf, max_a2 = neg_inf, max_b2 = neg_inf;
+    int c = 0;
+    for (; c + 2 <= cols; c += 2) {
+      max_a = _mm512_max_ps(max_a, _mm512_loadu_ps(col_a + std::int64_t(c) * tq));
+      max_a2 = _mm512_max_ps(max_a2, _mm512_loadu_ps(col_a + std::int64_t(c + 1) * tq));
+      if (pair) {
+        max_b = _mm512_max_ps(max_b, _mm512_loadu_ps(col_b + std::int64_t(c) * tq));
+        max_b2 = _mm512_max_ps(max_b2, _mm512_loadu_ps(col_b + std::int64_t(c + 1) * tq));
+      }
+    }
+    if (c < cols) {
       max_a = _mm512_max_ps(max_a, _mm512_loadu_ps(col_a + std::int64_t(c) * tq));
       if (pair) max_b = _mm512_max_ps(max_b, _mm512_loadu_ps(col_b + std::int64_t(c) * tq));
     }
+    max_a = _mm512_max_ps(max_a, max_a2);
+    max_b = _mm512_max_ps(max_b, max_b2);
     const __m512 m_old_a = _mm512_loadu_ps(w.m + j * 16), m_old_b = pair ? _mm512_loadu_ps(w.m + j * 16 + 16) : neg_inf;
     const __m512 vslack = _mm512_set1_ps(slack);
     auto updated_max = [&](__m512 m_old, __m512 tile_max) {

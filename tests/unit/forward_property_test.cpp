@@ -262,6 +262,72 @@ INSTANTIATE_TEST_SUITE_P(PairPaths, SharedKvPacking,
                                   std::to_string(std::get<2>(info.param));
                          });
 
+// Where no K/V tile is shared (decoding, packed GQA groups, single-tile
+// calls), the amx engine reads bf16 K and V as rows where they lie (head_dim
+// a multiple of 32) and keeps O in row tiles: both parities of a 32-dim
+// block in one tile for at most 8 query rows, two tiles for more.  Each case
+// below goes that way: a tile's last keys inside a block of 16 (copied, with
+// zeros after them; a cache's keys past its lengths are NaN), split-KV
+// partials, a paged cache, windows, modifiers and dropout (the softmax on
+// fp32 P), head_dims 32 and 256, and 8, 20 and 32 rows a K/V head.
+struct KvRowsCase {
+  const char* name;
+  Layout layout;
+  std::int64_t batch, seq_q, seq_kv, heads, kv_heads, head_dim;
+  int splits;  // 0: the planner's
+  int paged_block_size;
+  std::vector<int> cache_seqlens_kv;
+  bool causal, sinks, alibi, dropout;
+  float softcap;
+};
+const KvRowsCase kKvRowsCases[] = {
+    {"decode_group8_tail", Layout::kBNSD, 2, 1, 1000, 16, 2, 128, 0, 0, {}, false, false, false, false, 0.0f},
+    {"decode_group8_cache_lengths", Layout::kBSH, 3, 1, 700, 8, 1, 64, 0, 0, {700, 5, 333}, false, true, false, false, 0.0f},
+    {"spec_group4_causal_softcap", Layout::kBSH, 1, 2, 333, 8, 2, 128, 3, 0, {}, true, false, false, false, 30.0f},
+    {"rows20_paged_alibi", Layout::kBNSD, 2, 5, 517, 8, 2, 96, 0, 64, {}, true, true, true, false, 0.0f},
+    {"rows32_dropout", Layout::kBNSD, 1, 4, 300, 16, 2, 32, 2, 0, {}, false, false, false, true, 0.0f},
+    {"group4_head_dim_256", Layout::kBNSD, 1, 1, 270, 8, 2, 256, 0, 0, {}, false, false, false, false, 0.0f},
+};
+
+class KvRows : public ::testing::TestWithParam<int> {};
+
+TEST_P(KvRows, MatchesFloat64Reference) {
+  SKIP_UNLESS_AVAILABLE(fa::Isa::kAmx);
+  if (kFa1) GTEST_SKIP() << "FA1 runs the vector loop on every path";
+  const KvRowsCase& k = kKvRowsCases[GetParam()];
+  CaseSpec c;
+  c.dtype = DType::kBF16;
+  c.layout = k.layout;
+  c.mask = k.causal ? MaskMode::kCausal : MaskMode::kNone;
+  c.seed = 4242u + static_cast<std::uint32_t>(GetParam());
+  c.paged_block_size = k.paged_block_size;
+  c.cache_seqlens_kv = k.cache_seqlens_kv;
+  c.with_sinks = k.sinks;
+  c.with_alibi = k.alibi;
+  fa::AttentionParams& p = c.params;
+  p.batch = k.batch;
+  p.seq_q = k.seq_q;
+  p.seq_kv = k.seq_kv;
+  p.num_heads = k.heads;
+  p.num_kv_heads = k.kv_heads;
+  p.head_dim = k.head_dim;
+  p.num_splits = k.splits > 0 ? k.splits : fa::kSplitsAuto;
+  p.softcap = k.softcap;
+  if (k.dropout) {
+    p.keep_prob = 0.9f;
+    p.dropout_seed = 11;
+  }
+  p.threads = 2;
+  p.kv_heads_side_by_side = k.layout != Layout::kBNSD;  // as the call sets it from the strides
+  fa::TilePlan plan;
+  ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, c.dtype, &plan).ok());
+  EXPECT_TRUE(plan.pack_tile) << "the case should run a packed GQA tile";
+  expect_matches_reference(c, fa::Isa::kAmx);
+}
+
+INSTANTIATE_TEST_SUITE_P(AmxEngine, KvRows, ::testing::Range(0, static_cast<int>(std::size(kKvRowsCases))),
+                         [](const auto& info) { return std::string("amx_") + kKvRowsCases[info.param].name; });
+
 // Windows whose edges cut through tiles, on shapes every path runs through
 // its tile path (head_dim 64, tiles of 32 keys or more): the tile loops (the
 // pair path and the FMA loop) skip the keys a block of query rows cannot
