@@ -310,7 +310,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   const int row_rows = detail::row_path_max_rows(isa, dtype, kv_dtype, p.head_dim, group);
   // Where the tile unit reads K/V rows in place, a group of 2 to 7 rows
   // takes the packed tile too, when each K/V head's keys lie together
-  // (BNSD: GQA 32/8 decoding 0.73-0.98x the row path's time on a Xeon with
+  // (BNSD: GQA 32/8 decoding 0.69-0.98x the row path's time on a Xeon with
   // AMX, docs/PERF.md); with heads side by side the row path, reading whole
   // token rows, stays faster there (the tile reads one head's slice of each).
   const bool rows_tile = detail::tile_reads_kv_rows(isa, dtype, kv_dtype, p.head_dim) && !p.kv_heads_side_by_side;
