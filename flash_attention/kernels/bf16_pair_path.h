@@ -719,14 +719,15 @@ class PairTileSteps {
     const int w = (it_.rows + Engine::kRowStep - 1) / Engine::kRowStep * Engine::kRowStep;
     return w < it_.nvec * 16 ? w : it_.nvec * 16;
   }
-  // The keys whose probabilities the row-reading engine spreads at a time
-  // (2 KiB of A tiles per 16 keys, in the V buffer, which holds a whole
-  // tile's: 128 B a key against its 4 D >= 128).
   // O's row tiles (the row-reading engine's): with at most 8 query rows,
   // both parities of a 32-dim block in one tile.
   RowTiles row_tiles() const { return {w_.ot, D(), it_.rows <= 8}; }
+  // The keys whose probabilities the row-reading engine spreads at a time
+  // into the V buffer (up to 2 KiB of A tiles per 16 keys, 16 KiB for 128
+  // keys; the buffer holds a whole tile's, 128 B a key against its 4 D >=
+  // 128; 128, 256 and 512 keys took the same time).
   int spread_keys() const { return job_.tile_kv < kSpreadKeys ? job_.tile_kv : kSpreadKeys; }
-  static constexpr int kSpreadKeys = 512;
+  static constexpr int kSpreadKeys = 128;
 
   // The K/V tile at j0_ as rows where they lie; a tile whose keys end
   // inside a block of 16 (a sequence's last) is copied into the K buffer,
