@@ -319,6 +319,7 @@ TEST_P(KvRows, MatchesFloat64Reference) {
   }
   p.threads = 2;
   p.kv_heads_side_by_side = k.layout != Layout::kBNSD;  // as the call sets it from the strides
+  p.isa = fa::Isa::kAmx;  // the plan of the amx path, whatever path this CPU or build would pick
   fa::TilePlan plan;
   ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, c.dtype, &plan).ok());
   EXPECT_TRUE(plan.pack_tile) << "the case should run a packed GQA tile";
