@@ -433,11 +433,7 @@ inline void amx_accumulate_rows(const char* v, std::int64_t v_row_bytes, const s
 // O *= alpha row by row, in RowTiles' order, for the rows < width;
 // skipped when every row's max stood still.
 inline void rescale_rows(const Workspace& w, const RowTiles& o, int width) {
-  __mmask16 moved = 0;
-  for (int j = 0; j < width / 16; ++j) {
-    moved |= _mm512_cmp_ps_mask(_mm512_loadu_ps(w.alpha + j * 16), _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
-  }
-  if (!moved) return;
+  if (!alpha_moved(w, width / 16)) return;
   for (int r = 0; r < (o.halves ? 8 : width); ++r) {
     const __m512 a = _mm512_set1_ps(w.alpha[r]);
     for (int b = 0; b < o.D / 32; ++b) {

@@ -365,12 +365,18 @@ inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nve
                     });
 }
 
+// Whether any of the first `blocks` x 16 rows' max moved this tile (its
+// alpha is not 1): else O needs no rescale.
+inline bool alpha_moved(const Workspace& w, int blocks) {
+  __mmask16 moved = 0;
+  for (int j = 0; j < blocks; ++j) moved |= _mm512_cmp_ps_mask(_mm512_loadu_ps(w.alpha + j * 16), _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
+  return moved != 0;
+}
+
 // Oᵀ[d][r] *= alpha[r]; skipped when every row's max stood still (alpha 1),
 // which is most tiles once the running max has settled.
 inline void rescale_output(const Workspace& w, int D, int nvec, int tq) {
-  __mmask16 moved = 0;
-  for (int j = 0; j < nvec; ++j) moved |= _mm512_cmp_ps_mask(_mm512_loadu_ps(w.alpha + j * 16), _mm512_set1_ps(1.0f), _CMP_NEQ_UQ);
-  if (!moved) return;
+  if (!alpha_moved(w, nvec)) return;
   for (int d = 0; d < D; ++d) {
     float* row = w.ot + std::int64_t(d) * tq;
     for (int j = 0; j < nvec; ++j) {
