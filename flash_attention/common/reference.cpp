@@ -15,6 +15,21 @@
 namespace fa {
 namespace detail {
 
+// A float64 dot product in four running sums: one sum's chain of dependent
+// additions made the reference's scores cost four times what the multiplies
+// do, and the test suites compute a reference for every case they run (the
+// order of float64 sums moves a result by about 1e-16, far below any bound
+// the kernels are checked against).
+static double dot_f64(const double* a, const double* b, std::int64_t n) {
+  double sum[4] = {0.0, 0.0, 0.0, 0.0};
+  std::int64_t d = 0;
+  for (; d + 4 <= n; d += 4) {
+    for (int u = 0; u < 4; ++u) sum[u] += a[d + u] * b[d + u];
+  }
+  for (; d < n; ++d) sum[0] += a[d] * b[d];
+  return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+}
+
 // The score modifiers of AttentionParams applied to a scaled score, in float64.
 double modified_score(const AttentionParams& p, double s, std::int64_t h, std::int64_t i, std::int64_t j) {
   if (p.softcap > 0.0f) s = double(p.softcap) * std::tanh(s / double(p.softcap));
@@ -210,8 +225,7 @@ Status reference_forward(const AttentionParams& p, const AttentionTensors& t, do
           s[j] = -std::numeric_limits<double>::infinity();
           continue;
         }
-        double dot = 0.0;
-        for (std::int64_t d = 0; d < D; ++d) dot += q[d] * k[j * D + d];
+        const double dot = detail::dot_f64(q.data(), k.data() + j * D, D);
         s[j] = detail::modified_score(p, dot * scale, h, i, j);
         if (std::isnan(s[j]) || s[j] > row_max) row_max = s[j];  // a NaN score makes the whole row NaN
       }
@@ -276,8 +290,17 @@ Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t,
   detail::ThreadPool::global().parallel_for(B * H, threads, [&](std::int64_t bh, int) {
     const std::int64_t b = bh / H, h = bh % H, hk = h / group;
     const float sink = p.sinks ? r(p.sinks[h]) : -std::numeric_limits<float>::infinity();
-    std::vector<float> s(Skv);
+    // Each operand rounded to the dtype once (V transposed, so a dim's sum
+    // over keys reads it in order); the sums below run in the same order.
+    std::vector<float> s(Skv), w(Skv), q(D), k(Skv * D), vt(D * Skv);
+    for (std::int64_t j = 0; j < Skv; ++j) {
+      for (std::int64_t d = 0; d < D; ++d) {
+        k[j * D + d] = r(detail::load_as_f32(t.k.data, t.k.dtype, t.k.offset(b, hk, j, d)));
+        vt[d * Skv + j] = r(detail::load_as_f32(t.v.data, t.v.dtype, t.v.offset(b, hk, j, d)));
+      }
+    }
     for (std::int64_t i = 0; i < Sq; ++i) {
+      for (std::int64_t d = 0; d < D; ++d) q[d] = r(detail::load_as_f32(t.q.data, t.q.dtype, t.q.offset(b, h, i, d)));
       float row_max = sink;
       for (std::int64_t j = 0; j < Skv; ++j) {
         if (!detail::may_attend(p, window, i, j)) {
@@ -285,10 +308,7 @@ Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t,
           continue;
         }
         float dot = 0.0f;  // fp32 accumulation of products of dtype values
-        for (std::int64_t d = 0; d < D; ++d) {
-          dot += r(detail::load_as_f32(t.q.data, t.q.dtype, t.q.offset(b, h, i, d))) *
-                 r(detail::load_as_f32(t.k.data, t.k.dtype, t.k.offset(b, hk, j, d)));
-        }
+        for (std::int64_t d = 0; d < D; ++d) dot += q[d] * k[j * D + d];
         s[j] = r(static_cast<float>(detail::modified_score(p, r(r(dot) * scale), h, i, j)));
         row_max = std::max(row_max, s[j]);
       }
@@ -298,13 +318,18 @@ Status same_dtype_attention(const AttentionParams& p, const AttentionTensors& t,
         s[j] = r(std::exp(r(s[j] - shift)));
         sum = r(sum + s[j]);
       }
+      // Each key's weight once, rounded as the sums below use it.
+      for (std::int64_t j = 0; j < Skv; ++j) {
+        const float keep = drop.active && s[j] != 0.0f ? detail::dropout_factor(drop, bh, i, j) : 1.0f;
+        w[j] = r(r(s[j] / sum) * keep);
+      }
       double* o = out + ((b * Sq + i) * H + h) * D;
       for (std::int64_t d = 0; d < D; ++d) {
         float acc = 0.0f;
+        const float* v_d = vt.data() + d * Skv;
         for (std::int64_t j = 0; j < Skv; ++j) {
           if (s[j] == 0.0f) continue;
-          const float keep = drop.active ? detail::dropout_factor(drop, bh, i, j) : 1.0f;
-          acc += r(r(s[j] / sum) * keep) * r(detail::load_as_f32(t.v.data, t.v.dtype, t.v.offset(b, hk, j, d)));
+          acc += w[j] * v_d[j];
         }
         // A row with nothing to attend: 0/0 in the naive form; 0 by definition otherwise.
         o[d] = sum == 0.0f && subtract_max ? 0.0 : static_cast<double>(r(acc));  // (a sink keeps sum > 0)
