@@ -314,7 +314,12 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // AMX, docs/PERF.md); with heads side by side the row path, reading whole
   // token rows, stays faster there (the tile reads one head's slice of each).
   const bool rows_tile = detail::tile_reads_kv_rows(isa, dtype, kv_dtype, p.head_dim) && !p.kv_heads_side_by_side;
-  const int pair_min_rows = rows_tile ? 2 : row_dot ? 9 : 8;
+  // fp16 on the tile unit runs as two bf16 pieces, packed tile by tile (half
+  // the time of GQA 64/8 decoding went to that packing): up to 8 rows the
+  // FMA row path takes 0.55x its time, at 16 the two are level and at 32 the
+  // tile takes 0.67x (BNSD, 32768 keys, Xeon with AMX, docs/PERF.md).
+  const bool fp16_pieces = isa == Isa::kAmx && dtype == DType::kF16;
+  const int pair_min_rows = rows_tile ? 2 : row_dot || fp16_pieces ? 9 : 8;
   const bool pair_rows = matrix && kv_dtype == dtype && group * longest_q >= pair_min_rows;
   bool pack_tile = version != Version::kFA1 && group > 1 && longest_q <= kPackTileMaxRows &&
                    (longest_q > row_rows || pair_rows);

@@ -966,7 +966,9 @@ TEST_P(EdgeCases, ShortGqaQueriesOnThePackedTile) {
     const std::string where = "seq_q " + std::to_string(seq_q) + " heads " + std::to_string(heads);
     fa::TilePlan plan;
     ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok()) << where;
-    EXPECT_EQ(plan.pack_tile, pair_engine) << where;
+    // (fp16 on the tile unit, as two bf16 pieces, leaves 8 rows to the row path.)
+    const bool fp16_pieces_rows = isa() == fa::Isa::kAmx && dtype() == DType::kF16 && seq_q * heads / 2 <= 8;
+    EXPECT_EQ(plan.pack_tile, pair_engine && !fp16_pieces_rows) << where;
     if (plan.pack_tile) {
       EXPECT_EQ(plan.pack_gqa, heads / 2) << where;
     }
