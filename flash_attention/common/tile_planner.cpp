@@ -320,7 +320,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // tile takes 0.67x (BNSD, 32768 keys, Xeon with AMX, docs/PERF.md).
   const bool fp16_pieces = isa == Isa::kAmx && dtype == DType::kF16;
   const int pair_min_rows = rows_tile ? 2 : row_dot || fp16_pieces ? 9 : 8;
-  const bool pair_rows = matrix && kv_dtype == dtype && group * longest_q >= pair_min_rows;
+  const bool pair_rows = matrix && (kv_dtype == dtype || rows_tile) && group * longest_q >= pair_min_rows;
   bool pack_tile = version != Version::kFA1 && group > 1 && longest_q <= kPackTileMaxRows &&
                    (longest_q > row_rows || pair_rows);
   int tq = p.tile_q != 0 ? p.tile_q : detail::kDefaultTileQ;
@@ -381,6 +381,18 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
     tkv = static_cast<int>(p.block_size);
   }
   if (tq < group) pack_tile = false;  // a tile too short for a row of every head
+  // A packed tile that reads K/V as rows (the tile unit, bf16 or an FP8
+  // cache widened tile by tile) keeps a tile's rows, its scores and its
+  // spread probabilities within L1 (48 KiB on the Xeons that have the unit):
+  // 64 keys (32 KiB of bf16 K/V rows), 32 for an FP8 cache (whose widened
+  // rows come on top of the codes).  GQA 64/8 decoding in BNSD then read at
+  // 72-78% of the measured bandwidth against 64-70% with the table's 256
+  // keys, 32/8 at 75-79% against 65-68%, 64/8 in BSH 44% against 33-35%;
+  // over an FP8 cache 32 keys took 0.75x the time of 64 (docs/PERF.md).
+  // Table tiles only.
+  if (kv_from_table && pack_tile && detail::tile_reads_kv_rows(isa, dtype, kv_dtype, p.head_dim)) {
+    tkv = std::min(tkv, is_fp8(kv_dtype) ? 32 : 64);
+  }
   plan->tile_q = tq;
   plan->tile_kv = tkv;
   plan->pack_tile = pack_tile;

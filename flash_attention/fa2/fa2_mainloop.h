@@ -64,7 +64,7 @@ void run_q_tile(const AttentionJob& job, const Workspace& w, const TileItem& it)
   }
 #if defined(FA_HAVE_BF16_PAIRS)
   if constexpr (PairEngine::template kHandles<DT>) {
-    if (pair_tile_path_fits(job)) {
+    if (pair_path_runs<PairEngine>(job)) {
       run_tile_pairs<DT, PairEngine>(job, w, it);
       return;
     }

@@ -55,6 +55,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <tuple>
 
 #include "two_block_softmax.h"
 
@@ -71,9 +72,27 @@ inline std::uint32_t* pairs_buffer(const Workspace& w, int tq) {
 
 // Whole blocks of keys and rows: 32 keys per A block of the second product,
 // 16 rows per B block.  Other tiles, and quantized K/V caches (int8, FP8
-// with 16-bit Q), run the AVX-512 loop.  Any head_dim: see pair_dims.
+// with 16-bit Q), run the AVX-512 loop, but for pair_path_runs' case below.
+// Any head_dim: see pair_dims.
 inline bool pair_tile_path_fits(const AttentionJob& job) {
   return job.kv_dtype == job.dtype && job.tile_kv % 32 == 0 && job.tile_q % 16 == 0;
+}
+
+// Whether the pair path runs a job's Q tiles on `Engine`: where it fits, and
+// for an FP8 cache with bf16 Q in a packed GQA tile on an engine that reads
+// K/V as rows (the tile unit), each K/V tile widened exactly into bf16 rows
+// (PairTileSteps::widen_fp8_rows) at head_dim a multiple of 32.  The
+// planner packs those tiles where they beat the row path
+// (detail::tile_reads_kv_rows).
+template <class Engine>
+inline bool pair_path_runs(const AttentionJob& job) {
+  if (pair_tile_path_fits(job)) return true;
+#if defined(__AVX512VBMI__)
+  return Engine::kReadsKvRows && job.pack_tile && job.dtype == DType::kBF16 && is_fp8(job.kv_dtype) &&
+         job.head_dim % 32 == 0 && job.tile_kv % 32 == 0 && job.tile_q % 16 == 0;
+#else
+  return false;
+#endif
 }
 
 // The pair path's head_dim: the given one rounded up to the engines' step of
@@ -584,22 +603,30 @@ class PairTileSteps {
   // two tiles over one K/V stream, one does).
   PairTileSteps(const AttentionJob& job, const Workspace& w, const TileItem& it, bool stream_next = true)
       : job_(job), w_(w), it_(it), op_(tile_operands(w, job.tile_q, job.tile_kv, pair_dims(job.head_dim))),
-        stream_next_(stream_next), rows_(reads_rows(job, it)) {}
+        stream_next_(stream_next), rows_(reads_rows(job, it)) {
+#if defined(__AVX512VBMI__)
+    if (job.kv_dtype == DType::kFP8E4M3) fp8_table_ = Fp8Bf16Table::of<DType::kFP8E4M3>();
+    if (job.kv_dtype == DType::kFP8E5M2) fp8_table_ = Fp8Bf16Table::of<DType::kFP8E5M2>();
+#endif
+  }
 
   // Whether the item reads K and V as rows where they lie, with O in the
   // engine's row tiles (Engine::kReadsKvRows: the tile unit, bf16): where
   // no K/V tile is shared between items (kv_pack), so each is read once per
   // item anyway (decoding, packed groups, single-tile calls), head_dim is
   // whole A-tile rows (32 dims), and every row starts on a 64-byte boundary.
+  // An FP8 cache (pair_path_runs) is always read so, from the bf16 rows each
+  // tile is widened into.
   static bool reads_rows([[maybe_unused]] const AttentionJob& job, [[maybe_unused]] const TileItem& it) {
     if constexpr (!Engine::kReadsKvRows || DT != DType::kBF16) {
       return false;
     } else {
+      if (job.kv_pack || job.head_dim % 32 != 0) return false;
+      if (is_fp8(job.kv_dtype)) return true;
       auto lined_up = [](const char* base, std::int64_t row_elems) {
         return reinterpret_cast<std::uintptr_t>(base) % 64 == 0 && row_elems * 2 % 64 == 0;
       };
-      return !job.kv_pack && job.head_dim % 32 == 0 && lined_up(it.kbase, job.k_strides[2]) &&
-             lined_up(it.vbase, job.v_strides[2]);
+      return lined_up(it.kbase, job.k_strides[2]) && lined_up(it.vbase, job.v_strides[2]);
     }
   }
 
@@ -741,11 +768,14 @@ class PairTileSteps {
   // tile row reads past the keys.
   void locate_rows(std::int64_t j0) {
     cols16_ = (cols_ + 15) & ~15;
-    const std::int64_t row = kv_row(job_, it_.b, j0);
-    k_row_bytes_ = job_.k_strides[2] * 2;
-    v_row_bytes_ = job_.v_strides[2] * 2;
+    const std::int64_t row = kv_row(job_, it_.b, j0), es = kv_elem_bytes(job_);
+    k_row_bytes_ = job_.k_strides[2] * es;
+    v_row_bytes_ = job_.v_strides[2] * es;
     k_rows_ = it_.kbase + row * k_row_bytes_;
     v_rows_ = it_.vbase + row * v_row_bytes_;
+#if defined(__AVX512VBMI__)
+    if (is_fp8(job_.kv_dtype)) return widen_fp8_rows();
+#endif
     if (cols16_ == cols_) return;
     const std::int64_t bytes = std::int64_t(D()) * 2;
     char* k_copy = reinterpret_cast<char*>(w_.kbuf);
@@ -760,6 +790,42 @@ class PairTileSteps {
     v_rows_ = v_copy;
     k_row_bytes_ = v_row_bytes_ = bytes;
   }
+
+#if defined(__AVX512VBMI__)
+  // An FP8 cache's tile as bf16 rows in the K buffer, K's then V's, with
+  // zero rows up to the block of 16, as locate_rows copies a last tile: the
+  // values exactly (Fp8Bf16Table, NaN included), in order, so Q, P and O
+  // keep the bf16 cache's layouts; the cache's descale factors stay in the
+  // score scale and the output's denominator, as for FP8 inputs.  Four
+  // vector instructions per 64 values, on lines the previous tile streamed
+  // into L2.
+  void widen_fp8_rows() {
+    const int dims = this->dims();  // a multiple of 32 (reads_rows)
+    const std::int64_t bytes = std::int64_t(dims) * 2;
+    char* k_copy = reinterpret_cast<char*>(w_.kbuf);
+    char* v_copy = k_copy + cols16_ * bytes;
+    const Fp8Bf16Table table = fp8_table_;  // in registers: the stores below may alias the member
+    for (auto [src, stride, dst] : {std::tuple{k_rows_, k_row_bytes_, k_copy}, {v_rows_, v_row_bytes_, v_copy}}) {
+      for (int c = 0; c < cols_; ++c) {
+        const char* row = src + c * stride;
+        auto* out = reinterpret_cast<std::uint16_t*>(dst + c * bytes);
+        for (int d0 = 0; d0 < dims; d0 += 64) {
+          const bool whole = dims - d0 >= 64;
+          const __m512i codes = whole ? _mm512_loadu_si512(row + d0) : _mm512_maskz_loadu_epi8(0xffffffffu, row + d0);
+          __m512i first, second;
+          table.widen_in_order(codes, first, second);
+          _mm512_storeu_si512(out + d0, first);
+          if (whole) _mm512_storeu_si512(out + d0 + 32, second);
+        }
+      }
+      std::memset(dst + cols_ * bytes, 0, (cols16_ - cols_) * bytes);
+    }
+    k_rows_ = k_copy;
+    v_rows_ = v_copy;
+    k_row_bytes_ = v_row_bytes_ = bytes;
+  }
+  Fp8Bf16Table fp8_table_{};  // an FP8 cache's (widen_fp8_rows)
+#endif
 
   const AttentionJob& job_;
   const Workspace& w_;

@@ -148,6 +148,28 @@ struct Fp8Bf16Table {
     hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(hi0, codes, hi1), codes,
                                    _mm512_set1_epi8(static_cast<char>(0x80)), 0xf8);
   }
+
+  // 64 codes to their bf16s in order: codes 0-31 in `first`, 32-63 in
+  // `second`.  The unpacks pair bytes within 128-bit lanes, so one VPERMB
+  // first puts the codes where those leave them in order: lane L's bytes
+  // 0-7 are codes 8L to 8L + 7 (words 8L on of `first`), its bytes 8-15
+  // codes 32 + 8L on (of `second`).
+  static constexpr std::array<std::uint8_t, 64> kInOrder = [] {
+    std::array<std::uint8_t, 64> o{};
+    for (int lane = 0; lane < 4; ++lane) {
+      for (int k = 0; k < 8; ++k) {
+        o[16 * lane + k] = static_cast<std::uint8_t>(8 * lane + k);
+        o[16 * lane + 8 + k] = static_cast<std::uint8_t>(32 + 8 * lane + k);
+      }
+    }
+    return o;
+  }();
+  void widen_in_order(__m512i codes, __m512i& first, __m512i& second) const {
+    __m512i lo, hi;
+    widen(_mm512_permutexvar_epi8(_mm512_loadu_si512(kInOrder.data()), codes), lo, hi);
+    first = _mm512_unpacklo_epi8(lo, hi);
+    second = _mm512_unpackhi_epi8(lo, hi);
+  }
 };
 #endif
 

@@ -269,7 +269,10 @@ INSTANTIATE_TEST_SUITE_P(PairPaths, SharedKvPacking,
 // below goes that way: a tile's last keys inside a block of 16 (copied, with
 // zeros after them; a cache's keys past its lengths are NaN), split-KV
 // partials, a paged cache, windows, modifiers and dropout (the softmax on
-// fp32 P), head_dims 32 and 256, and 8, 20 and 32 rows a K/V head.
+// fp32 P), head_dims 32 and 256, and 8, 20 and 32 rows a K/V head.  An
+// FP8 cache with bf16 Q goes the same way in BNSD, each tile widened into
+// bf16 rows (the last 32 dims of head_dims 32 and 96 read alone), with its
+// per-head descale factors in the score scale and the output.
 struct KvRowsCase {
   const char* name;
   Layout layout;
@@ -279,6 +282,7 @@ struct KvRowsCase {
   std::vector<int> cache_seqlens_kv;
   bool causal, sinks, alibi, dropout;
   float softcap;
+  DType kv_dtype = DType::kBF16;
 };
 const KvRowsCase kKvRowsCases[] = {
     {"decode_group8_tail", Layout::kBNSD, 2, 1, 1000, 16, 2, 128, 0, 0, {}, false, false, false, false, 0.0f},
@@ -287,6 +291,14 @@ const KvRowsCase kKvRowsCases[] = {
     {"rows20_paged_alibi", Layout::kBNSD, 2, 5, 517, 8, 2, 96, 0, 64, {}, true, true, true, false, 0.0f},
     {"rows32_dropout", Layout::kBNSD, 1, 4, 300, 16, 2, 32, 2, 0, {}, false, false, false, true, 0.0f},
     {"group4_head_dim_256", Layout::kBNSD, 1, 1, 270, 8, 2, 256, 0, 0, {}, false, false, false, false, 0.0f},
+    {"fp8_e4m3_decode_group8_cache_lengths", Layout::kBNSD, 3, 1, 700, 16, 2, 128, 0, 0, {700, 5, 333}, false, true,
+     false, false, 0.0f, DType::kFP8E4M3},
+    {"fp8_e5m2_spec_group4_causal_softcap", Layout::kBNSD, 1, 2, 333, 8, 2, 128, 3, 0, {}, true, false, false, false,
+     30.0f, DType::kFP8E5M2},
+    {"fp8_e4m3_rows20_paged_alibi", Layout::kBNSD, 2, 5, 517, 8, 2, 96, 0, 64, {}, true, true, true, false, 0.0f,
+     DType::kFP8E4M3},
+    {"fp8_e5m2_rows32_head_dim_32_dropout", Layout::kBNSD, 1, 4, 300, 16, 2, 32, 2, 0, {}, false, false, false, true, 0.0f,
+     DType::kFP8E5M2},
 };
 
 class KvRows : public ::testing::TestWithParam<int> {};
@@ -304,6 +316,7 @@ TEST_P(KvRows, MatchesFloat64Reference) {
   c.cache_seqlens_kv = k.cache_seqlens_kv;
   c.with_sinks = k.sinks;
   c.with_alibi = k.alibi;
+  if (k.kv_dtype != DType::kBF16) c.kv_dtype = k.kv_dtype;
   fa::AttentionParams& p = c.params;
   p.batch = k.batch;
   p.seq_q = k.seq_q;
@@ -321,7 +334,7 @@ TEST_P(KvRows, MatchesFloat64Reference) {
   p.kv_heads_side_by_side = k.layout != Layout::kBNSD;  // as the call sets it from the strides
   p.isa = fa::Isa::kAmx;  // the plan of the amx path, whatever path this CPU or build would pick
   fa::TilePlan plan;
-  ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, c.dtype, &plan).ok());
+  ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, c.dtype, k.kv_dtype, &plan).ok());
   EXPECT_TRUE(plan.pack_tile) << "the case should run a packed GQA tile";
   expect_matches_reference(c, fa::Isa::kAmx);
 }
