@@ -309,11 +309,11 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   const bool row_dot = detail::row_path_has_pair_products(isa, dtype, kv_dtype, p.head_dim);
   const int row_rows = detail::row_path_max_rows(isa, dtype, kv_dtype, p.head_dim, group);
   // Where the tile unit reads K/V rows in place, a group of 2 to 7 rows
-  // takes the packed tile too, when each K/V head's keys lie together
-  // (BNSD: GQA 32/8 decoding 0.69-0.98x the row path's time on a Xeon with
-  // AMX, docs/PERF.md); with heads side by side the row path, reading whole
-  // token rows, stays faster there (the tile reads one head's slice of each).
-  const bool rows_tile = detail::tile_reads_kv_rows(isa, dtype, kv_dtype, p.head_dim) && !p.kv_heads_side_by_side;
+  // takes the packed tile too (GQA 32/8 decoding on a Xeon with AMX: BNSD
+  // 0.69-0.98x the row path's time; BSH, with the K/V heads of a batch
+  // entry walked together below, 60-62% of the bandwidth against 39-50%,
+  // docs/PERF.md).
+  const bool rows_tile = detail::tile_reads_kv_rows(isa, dtype, kv_dtype, p.head_dim);
   // fp16 on the tile unit runs as two bf16 pieces, packed tile by tile (half
   // the time of GQA 64/8 decoding went to that packing): up to 8 rows the
   // FMA row path takes 0.55x its time, at 16 the two are level and at 32 the
@@ -385,13 +385,16 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // cache widened tile by tile) keeps a tile's rows, its scores and its
   // spread probabilities within L1 (48 KiB on the Xeons that have the unit):
   // 64 keys (32 KiB of bf16 K/V rows), 32 for an FP8 cache (whose widened
-  // rows come on top of the codes).  GQA 64/8 decoding in BNSD then read at
-  // 72-78% of the measured bandwidth against 64-70% with the table's 256
-  // keys, 32/8 at 75-79% against 65-68%, 64/8 in BSH 44% against 33-35%;
-  // over an FP8 cache 32 keys took 0.75x the time of 64 (docs/PERF.md).
-  // Table tiles only.
+  // rows come on top of the codes) and where the K/V heads lie side by side
+  // (an item walks all of them, each head's 256-byte slices of a tile's
+  // rows 2 KiB apart at 8 heads of D128, so that a 64-key tile's lines
+  // crowd into an eighth of L1's sets).  GQA 64/8 decoding in BNSD then
+  // read at 72-78% of the measured bandwidth against 64-70% with the
+  // table's 256 keys, 32/8 at 75-79% against 65-68%; in BSH 32 keys 64-66%,
+  // 64 keys 47-48%; over an FP8 cache 32 keys took 0.75x the time of 64
+  // (docs/PERF.md).  Table tiles only.
   if (kv_from_table && pack_tile && detail::tile_reads_kv_rows(isa, dtype, kv_dtype, p.head_dim)) {
-    tkv = std::min(tkv, is_fp8(kv_dtype) ? 32 : 64);
+    tkv = std::min(tkv, is_fp8(kv_dtype) || p.kv_heads_side_by_side ? 32 : 64);
   }
   plan->tile_q = tq;
   plan->tile_kv = tkv;
@@ -412,6 +415,16 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // that still leave an item per thread; at most 1024 rows (the scratch
   // holds them all).
   plan->pack_gqa = pack_tile ? static_cast<int>(group) : 1;
+  // A packed tile reading K/V as rows where each K/V head's keys are a
+  // slice of every token row (heads side by side: BSH, BSND, TND, a pool
+  // laid out so): one item walks the tiles of every K/V head of its batch
+  // entry together, a tile each (kernels' tile_kv_heads), and so reads each
+  // tile's token rows whole; split-KV supplies the parallelism.
+  if (pack_tile && p.kv_heads_side_by_side && detail::tile_reads_kv_rows(isa, dtype, kv_dtype, p.head_dim)) {
+    std::int64_t n = std::min<std::int64_t>(p.kv_heads(), detail::kMaxTileKvHeads);
+    while (p.kv_heads() % n != 0) --n;
+    plan->pack_gqa = static_cast<int>(group * n);
+  }
   // Short queries (decoding, and the packed tiles) are memory-bound: the
   // build default splits them whenever the items would leave threads idle,
   // FA_SPLIT_ENABLE or not (it sets the default of longer queries).

@@ -106,12 +106,45 @@ inline std::size_t shared_kv_pack_bytes([[maybe_unused]] const AttentionJob& job
 #endif
 }
 
+// A packed tile item of several K/V heads (tile_kv_heads): a tile of each,
+// over the key tiles together on the pair path (run_tiles_together); else
+// one after the other.  Each keeps its Q, O and row state in a workspace of
+// its own (`scratch` holds them in turn); what a tile step uses and leaves
+// (the K/V buffers, the scores, the rescale factors and P after them) is
+// the first one's for all, so the heads' steps share those lines in L1.
+template <DType DT, bool kPrefetch>
+void run_kv_head_tiles(const AttentionJob& job, float* scratch, std::int64_t q_tile, std::int64_t split,
+                       std::int64_t unit) {
+  const int n = tile_kv_heads(job);
+  Workspace w[detail::kMaxTileKvHeads];
+  TileItem it[detail::kMaxTileKvHeads];
+  for (int g = 0; g < n; ++g) {
+    w[g] = carve_tile_workspace(job, scratch + std::size_t(g) * q_tile_workspace_floats(job));
+    if (g > 0) {
+      w[g].kbuf = w[0].kbuf;
+      w[g].vbuf = w[0].vbuf;
+      w[g].st = w[0].st;
+      w[g].alpha = w[0].alpha;
+    }
+    it[g] = kv_head_tile(job, q_tile, split, unit, g);
+  }
+#if defined(FA_HAVE_BF16_PAIRS)
+  if constexpr (PairEngine::template kHandles<DT>) {
+    if (pair_path_runs<PairEngine>(job)) {
+      run_tiles_together<DT, PairEngine>(job, w, it, n);
+      return;
+    }
+  }
+#endif
+  for (int g = 0; g < n; ++g) run_q_tile<DT, kPrefetch>(job, w[g], it[g]);
+}
+
 struct Fa2Loop {
   static constexpr Version kVersion = Version::kFA2;
   static constexpr bool kFp8 = false;
   static constexpr bool kAsync = true;
   static std::size_t workspace_floats(const AttentionJob& job) {
-    const std::size_t tile = q_tile_workspace_floats(job), rows = row_path_workspace_floats(job);
+    const std::size_t tile = q_tile_workspace_floats(job) * tile_kv_heads(job), rows = row_path_workspace_floats(job);
     return tile > rows ? tile : rows;
   }
   static std::size_t kv_pack_bytes(const AttentionJob& job) { return shared_kv_pack_bytes(job); }
@@ -119,6 +152,7 @@ struct Fa2Loop {
   template <DType DT, bool kPrefetch>
   static void run_item(const AttentionJob& job, std::int64_t item, float* scratch) {
     const ItemCoords at = item_coords(job, item, 1);
+    if (tile_kv_heads(job) > 1) return run_kv_head_tiles<DT, kPrefetch>(job, scratch, at.q_group, at.split, at.unit);
     const Workspace w = carve_tile_workspace(job, scratch);
     run_q_tile<DT, kPrefetch>(job, w, tile_item(job, at.q_group, at.split, at.unit));
   }

@@ -159,6 +159,8 @@ void run_pair_engine_tiles(const AttentionJob& job, const Workspace& wa, const W
   a.finish();
   b.finish();
   laps.finish(kStageEpilogue);
+  if (a.needs_rerun()) rerun_screened<DT, PairEngine>(job, wa, ia);
+  if (b.needs_rerun()) rerun_screened<DT, PairEngine>(job, wb, ib);
 }
 #endif
 
@@ -168,7 +170,8 @@ struct Fa3Loop {
   static constexpr bool kAsync = true;
   static constexpr int kQTilesPerItem = 2;
   static std::size_t workspace_floats(const AttentionJob& job) {
-    const std::size_t pair = 2 * q_tile_workspace_floats(job), rows = row_path_workspace_floats(job);
+    const std::size_t tiles = tile_kv_heads(job) > 2 ? std::size_t(tile_kv_heads(job)) : 2;
+    const std::size_t pair = tiles * q_tile_workspace_floats(job), rows = row_path_workspace_floats(job);
     return pair > rows ? pair : rows;
   }
   static std::size_t kv_pack_bytes(const AttentionJob& job) { return shared_kv_pack_bytes(job); }
@@ -194,6 +197,13 @@ struct Fa3Loop {
   static void run_item(const AttentionJob& job, std::int64_t item, float* scratch) {
     const int per_item = tiles_per_item(job);
     const ItemCoords at = item_coords(job, item, per_item);
+    if (tile_kv_heads(job) > 1) {  // packed tiles of several K/V heads: each Q tile of the pair FA2's way
+      const std::int64_t first = at.q_group * per_item;
+      for (std::int64_t t = first; t < first + per_item && t < job.q_tiles; ++t) {
+        run_kv_head_tiles<DT, kPrefetch>(job, scratch, t, at.split, at.unit);
+      }
+      return;
+    }
     const Workspace wa = carve_tile_workspace(job, scratch);
     const Workspace wb = carve_tile_workspace(job, scratch + q_tile_workspace_floats(job));
     const std::int64_t first = at.q_group * per_item;

@@ -53,8 +53,10 @@
 
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <tuple>
 
 #include "two_block_softmax.h"
@@ -600,10 +602,13 @@ class PairTileSteps {
   static constexpr int kP = kPieces<DT>;
 
   // `stream_next`: whether this tile streams the next K/V tile's lines (of
-  // two tiles over one K/V stream, one does).
-  PairTileSteps(const AttentionJob& job, const Workspace& w, const TileItem& it, bool stream_next = true)
+  // two tiles over one K/V stream, one does).  `screen_v`: whether a bf16 V
+  // read as rows is screened for non-finite values tile by tile (see
+  // bf16_rows_nonfinite; an item runs again so when its O ends non-finite).
+  PairTileSteps(const AttentionJob& job, const Workspace& w, const TileItem& it, bool stream_next = true,
+                bool screen_v = false)
       : job_(job), w_(w), it_(it), op_(tile_operands(w, job.tile_q, job.tile_kv, pair_dims(job.head_dim))),
-        stream_next_(stream_next), rows_(reads_rows(job, it)) {
+        stream_next_(stream_next), rows_(reads_rows(job, it)), screen_v_(screen_v) {
 #if defined(__AVX512VBMI__)
     if (job.kv_dtype == DType::kFP8E4M3) fp8_table_ = Fp8Bf16Table::of<DType::kFP8E4M3>();
     if (job.kv_dtype == DType::kFP8E5M2) fp8_table_ = Fp8Bf16Table::of<DType::kFP8E5M2>();
@@ -715,6 +720,7 @@ class PairTileSteps {
         laps.lap(kStageRescale);
         Engine::accumulate_rows(v_rows_, v_row_bytes_, op_.pb, tkv / 2, reinterpret_cast<std::uint32_t*>(w_.vbuf),
                                 spread_keys(), row_tiles(), cols16_, width(), fresh, &next_);
+        if (v_nonfinite_) add_nonfinite_v();
         next_.issue(next_.total_lines());
         laps.lap(kStagePv);
         return;
@@ -727,12 +733,27 @@ class PairTileSteps {
     next_.issue(next_.total_lines());  // what rounding left
     laps.lap(kStagePv);
   }
+  // The epilogue; but where V was read as bf16 rows unscreened and O ended
+  // with a non-finite value, nothing is written and needs_rerun() says so:
+  // a non-finite V value would have reached the other dim of its pair
+  // (bf16_rows_nonfinite), and the caller runs the item again screened
+  // (rerun_screened).  Any such value leaves a NaN in O (0 x NaN or 0 x Inf
+  // in the rows' other halves), so O's check at the end finds every item
+  // that needs it, at the cost of one pass over O; NaN from Q or K sends an
+  // item the same way, to the same result.
   void finish() {
     if constexpr (Engine::kReadsKvRows) {
-      if (rows_) return Engine::template write_rows<DT>(job_, w_, it_, row_tiles());
+      if (rows_) {
+        if (!screen_v_ && !is_fp8(job_.kv_dtype) && !o_rows_finite()) {
+          rerun_ = true;
+          return;
+        }
+        return Engine::template write_rows<DT>(job_, w_, it_, row_tiles());
+      }
     }
     write_pair_outputs<DT>(job_, w_, it_);
   }
+  bool needs_rerun() const { return rerun_; }
 
  private:
   int dims() const { return static_cast<int>(job_.head_dim); }  // as given
@@ -773,10 +794,13 @@ class PairTileSteps {
     v_row_bytes_ = job_.v_strides[2] * es;
     k_rows_ = it_.kbase + row * k_row_bytes_;
     v_rows_ = it_.vbase + row * v_row_bytes_;
+    v_src_ = v_rows_;
+    v_src_bytes_ = v_row_bytes_;
 #if defined(__AVX512VBMI__)
     if (is_fp8(job_.kv_dtype)) return widen_fp8_rows();
 #endif
-    if (cols16_ == cols_) return;
+    v_nonfinite_ = screen_v_ && bf16_rows_nonfinite(v_rows_, v_row_bytes_);
+    if (cols16_ == cols_ && !v_nonfinite_) return;
     const std::int64_t bytes = std::int64_t(D()) * 2;
     char* k_copy = reinterpret_cast<char*>(w_.kbuf);
     char* v_copy = k_copy + cols16_ * bytes;
@@ -789,6 +813,69 @@ class PairTileSteps {
     k_rows_ = k_copy;
     v_rows_ = v_copy;
     k_row_bytes_ = v_row_bytes_ = bytes;
+    if (v_nonfinite_) zero_nonfinite_v(reinterpret_cast<std::uint16_t*>(v_copy));
+  }
+
+  // A non-finite V value (NaN, Inf) would reach the other dim of its pair
+  // too: the rows engine multiplies a V row's dim pairs by P in one half of
+  // A's pairs and zero in the other, and 0 x NaN is NaN.  So a tile holding
+  // one (found by its exponent, all ones: the largest value V & 0x7f80 can
+  // take, so a running maximum finds it) is multiplied with those values as
+  // zeros (copied into the K buffer, or widened there) and each is added to
+  // O afterwards, where the reference adds it: the rows whose probability of
+  // its key is not zero, its dim only (add_nonfinite_v).  An FP8 cache is
+  // screened as it is widened (a few instructions); a bf16 one read in place
+  // only when an item runs again (finish): a pass over every V tile cost
+  // GQA decoding 5-15% of its time.
+  bool o_rows_finite() const {
+    const RowTiles o = row_tiles();
+    const std::int64_t n = o.halves ? std::int64_t(8) * o.D : std::int64_t(width()) * o.D;
+    const __m512i exponent = _mm512_set1_epi32(0x7f800000);
+    __m512i top = _mm512_setzero_si512();
+    for (std::int64_t i = 0; i < n; i += 16) {
+      top = _mm512_max_epu32(top, _mm512_and_si512(_mm512_loadu_si512(o.ot + i), exponent));
+    }
+    return _mm512_cmpeq_epi32_mask(top, exponent) == 0;
+  }
+  bool bf16_rows_nonfinite(const char* rows, std::int64_t row_bytes) const {
+    const __m512i exponent = _mm512_set1_epi16(0x7f80);
+    __m512i top = _mm512_setzero_si512();
+    for (int c = 0; c < cols_; ++c) {
+      for (int d0 = 0; d0 < dims(); d0 += 32) {
+        top = _mm512_max_epu16(top, _mm512_and_si512(_mm512_loadu_si512(rows + c * row_bytes + d0 * 2), exponent));
+      }
+    }
+    return _mm512_cmpeq_epi16_mask(top, exponent) != 0;
+  }
+  void zero_nonfinite_v(std::uint16_t* rows) const {  // D() apart
+    for (int c = 0; c < cols_; ++c) {
+      for (int d = 0; d < dims(); ++d) {
+        if ((rows[c * D() + d] & 0x7f80) == 0x7f80) rows[c * D() + d] = 0;
+      }
+    }
+  }
+  float v_value(int c, int d) const {
+    const char* row = v_src_ + c * v_src_bytes_;
+    switch (job_.kv_dtype) {
+      case DType::kFP8E4M3: return detail::fp8_e4m3_to_f32(static_cast<std::uint8_t>(row[d]));
+      case DType::kFP8E5M2: return detail::fp8_e5m2_to_f32(static_cast<std::uint8_t>(row[d]));
+      default: return detail::bf16_to_f32(reinterpret_cast<const std::uint16_t*>(row)[d]);
+    }
+  }
+  void add_nonfinite_v() {
+    const RowTiles o = row_tiles();
+    const std::int64_t ldp = job_.tile_kv / 2;
+    for (int c = 0; c < cols_; ++c) {
+      for (int d = 0; d < dims(); ++d) {
+        const float v = v_value(c, d);
+        if (std::isfinite(v)) continue;
+        for (int r = 0; r < it_.rows; ++r) {  // P as the product took it (pack_p_pairs' order)
+          const std::uint32_t pair = op_.pb[(std::int64_t(r / 16) * ldp + c / 2) * 16 + r % 16];
+          const float prob = detail::bf16_to_f32(static_cast<std::uint16_t>(c % 2 ? pair >> 16 : pair & 0xffff));
+          if (prob != 0.0f) o.at(r, d / 32, d % 2)[(d % 32) / 2] += prob * v;
+        }
+      }
+    }
   }
 
 #if defined(__AVX512VBMI__)
@@ -805,6 +892,11 @@ class PairTileSteps {
     char* k_copy = reinterpret_cast<char*>(w_.kbuf);
     char* v_copy = k_copy + cols16_ * bytes;
     const Fp8Bf16Table table = fp8_table_;  // in registers: the stores below may alias the member
+    // V's non-finite codes (add_nonfinite_v): e4m3's NaN S.1111.111, e5m2's
+    // S.11111.xx, by the running maximum of the code's bits below the sign
+    // that they fill.
+    const __m512i special = _mm512_set1_epi8(static_cast<char>(job_.kv_dtype == DType::kFP8E4M3 ? 0x7f : 0x7c));
+    __m512i top = _mm512_setzero_si512();
     for (auto [src, stride, dst] : {std::tuple{k_rows_, k_row_bytes_, k_copy}, {v_rows_, v_row_bytes_, v_copy}}) {
       for (int c = 0; c < cols_; ++c) {
         const char* row = src + c * stride;
@@ -812,6 +904,7 @@ class PairTileSteps {
         for (int d0 = 0; d0 < dims; d0 += 64) {
           const bool whole = dims - d0 >= 64;
           const __m512i codes = whole ? _mm512_loadu_si512(row + d0) : _mm512_maskz_loadu_epi8(0xffffffffu, row + d0);
+          if (dst == v_copy) top = _mm512_max_epu8(top, _mm512_and_si512(codes, special));
           __m512i first, second;
           table.widen_in_order(codes, first, second);
           _mm512_storeu_si512(out + d0, first);
@@ -823,6 +916,8 @@ class PairTileSteps {
     k_rows_ = k_copy;
     v_rows_ = v_copy;
     k_row_bytes_ = v_row_bytes_ = bytes;
+    v_nonfinite_ = _mm512_cmpeq_epi8_mask(top, special) != 0;
+    if (v_nonfinite_) zero_nonfinite_v(reinterpret_cast<std::uint16_t*>(v_copy));
   }
   Fp8Bf16Table fp8_table_{};  // an FP8 cache's (widen_fp8_rows)
 #endif
@@ -847,13 +942,20 @@ class PairTileSteps {
   const char* v_rows_ = nullptr;
   std::int64_t k_row_bytes_ = 0, v_row_bytes_ = 0;
   int cols16_ = 0;
+  // V's rows as given (add_nonfinite_v), and whether they hold a non-finite value.
+  const char* v_src_ = nullptr;
+  std::int64_t v_src_bytes_ = 0;
+  bool v_nonfinite_ = false;
+  const bool screen_v_;
+  bool rerun_ = false;
 };
 
-// FA2's loop on the pair path: one Q tile's steps in order.
+// One Q tile's steps in order, from its start; `screen_v` as PairTileSteps
+// takes it.
 template <DType DT, class Engine>
-void run_tile_pairs(const AttentionJob& job, const Workspace& w, const TileItem& it) {
+void run_tile_steps(const AttentionJob& job, const Workspace& w, const TileItem& it, bool screen_v) {
   StageLaps laps(job.stage_cycles);
-  PairTileSteps<DT, Engine> tile(job, w, it);
+  PairTileSteps<DT, Engine> tile(job, w, it, /*stream_next=*/true, screen_v);
   tile.start();
   Engine::begin();
   laps.lap(kStageQ);
@@ -865,6 +967,54 @@ void run_tile_pairs(const AttentionJob& job, const Workspace& w, const TileItem&
   }
   Engine::end();
   tile.finish();
+  laps.finish(kStageEpilogue);
+  if (tile.needs_rerun()) run_tile_steps<DT, Engine>(job, w, it, /*screen_v=*/true);
+}
+
+// A tile whose finish() asked for it (needs_rerun): the item again, V screened.
+template <DType DT, class Engine>
+void rerun_screened(const AttentionJob& job, const Workspace& w, const TileItem& it) {
+  run_tile_steps<DT, Engine>(job, w, it, /*screen_v=*/true);
+}
+
+// FA2's loop on the pair path: one Q tile's steps in order.
+template <DType DT, class Engine>
+void run_tile_pairs(const AttentionJob& job, const Workspace& w, const TileItem& it) {
+  run_tile_steps<DT, Engine>(job, w, it, /*screen_v=*/false);
+}
+
+// The packed tiles of several K/V heads of one item (tile_kv_heads), each
+// with its own workspace and softmax state, over the key tiles together:
+// for each tile, every head's steps in turn.  With the heads side by side
+// in each token row (BSH, BSND, a pool laid out so) a K/V head's tile is a
+// slice of every row, 256 bytes in 2 KiB at 8 heads of D128; walked head
+// after head the rows were read slice by slice, 8 times over, and the
+// hardware's own prefetches of each page's next lines fetched the other
+// heads' slices long before their items came.  Together the item reads
+// each tile's rows whole.
+template <DType DT, class Engine>
+void run_tiles_together(const AttentionJob& job, const Workspace* w, const TileItem* it, int n) {
+  StageLaps laps(job.stage_cycles);
+  std::optional<PairTileSteps<DT, Engine>> tiles[detail::kMaxTileKvHeads];
+  for (int g = 0; g < n; ++g) {
+    tiles[g].emplace(job, w[g], it[g]);
+    tiles[g]->start();
+  }
+  Engine::begin();
+  laps.lap(kStageQ);
+  for (std::int64_t j0 = it[0].kv_begin; j0 < it[0].kv_end; j0 += job.tile_kv) {
+    for (int g = 0; g < n; ++g) {
+      tiles[g]->load_k(j0);
+      laps.lap(kStageKv);
+      tiles[g]->scores(laps);
+      tiles[g]->softmax_accumulate(laps);
+    }
+  }
+  Engine::end();
+  for (int g = 0; g < n; ++g) {
+    tiles[g]->finish();
+    if (tiles[g]->needs_rerun()) rerun_screened<DT, Engine>(job, w[g], it[g]);
+  }
   laps.finish(kStageEpilogue);
 }
 

@@ -36,6 +36,9 @@ static constexpr bool row_path_has_pair_products(Isa isa, DType dtype, DType kv_
   if (is_fp8(kv_dtype)) return dtype == DType::kBF16 || dtype == DType::kF16;
   return dtype == DType::kBF16 && kv_dtype == DType::kBF16 && head_dim % 32 == 0;
 }
+// The most K/V heads one packed tile item walks together (TilePlan::pack_gqa
+// up to this many GQA groups; tile_scheduler.h, tile_kv_heads).
+inline constexpr int kMaxTileKvHeads = 16;
 // Whether the tile path reads bf16 K and V as rows where they lie (the AMX
 // engine, head_dim a multiple of 32; amx_tile_path.h): a packed GQA group's
 // tile then streams K/V with no packing, at the tile unit's speed.  So does
@@ -130,12 +133,14 @@ struct AttentionJob {
   std::int64_t blocks_per_seq;
   int block_shift;
   // GQA packing: query heads per item (1 = none; else the whole group of a
-  // K/V head, for short query tiles, so each K/V tile is read once per group).
+  // K/V head, for short query tiles, so each K/V tile is read once per group;
+  // or the groups of several K/V heads, which the row path reads side by
+  // side and a packed tile item walks together, a tile each: tile_kv_heads).
   int pack_group;
   // Whether a packed item runs the tile path (short queries of 5 to 32 rows)
   // rather than the row path: its tile holds the query rows of its
-  // pack_group heads, head after head, in tile_q lanes, q_step rows of each
-  // head a tile (tile_q / pack_group; else q_step = tile_q).
+  // kv_group heads, head after head, in tile_q lanes, q_step rows of each
+  // head a tile (tile_q / kv_group; else q_step = tile_q).
   bool pack_tile;
   int q_step;
   int row_rows;  // a Q tile of at most this many rows runs the row path (TilePlan::row_rows)

@@ -31,17 +31,18 @@ inline std::int64_t grouped_items(const AttentionJob& job, int per_item) {
   return q_groups(job, per_item) * job_units(job) * job.num_splits;
 }
 
-// Q tile `q_tile` of `unit`, keys of chunk `split`: its rows, and the keys it
+// Q tile `q_tile` of `heads` query heads from head h of batch b (one head,
+// or a packed tile's), keys of chunk `split`: its rows, and the keys it
 // visits, cut to the union of its rows' windows (whole tiles before the
 // first row's window start are skipped).  A packed tile's rows are those of
-// each of the unit's heads (TileItem).
-inline TileItem tile_item(const AttentionJob& job, std::int64_t q_tile, std::int64_t split, std::int64_t unit) {
-  const std::int64_t unit_heads = job.heads / job.pack_group;
-  const std::int64_t b = unit / unit_heads, h = (unit % unit_heads) * job.pack_group, hk = h / job.kv_group;
+// each of its heads (TileItem).
+inline TileItem tile_item_at(const AttentionJob& job, std::int64_t q_tile, std::int64_t split, std::int64_t b,
+                             std::int64_t h, std::int64_t heads) {
+  const std::int64_t hk = h / job.kv_group;
   const int step = job.q_step, tkv = job.tile_kv;
   const std::int64_t i0 = q_tile * step;
   const int head_rows = static_cast<int>(job.seq_q - i0 < step ? job.seq_q - i0 : step);
-  const int rows = job.pack_tile ? head_rows * job.pack_group : head_rows;
+  const int rows = head_rows * static_cast<int>(heads);
   const std::int64_t chunk_begin = split * job.split_keys;
   const std::int64_t first_key = key_begin(job, i0) / tkv * tkv;
   const std::int64_t kv_begin = first_key > chunk_begin ? first_key : chunk_begin;
@@ -67,6 +68,28 @@ inline TileItem tile_item(const AttentionJob& job, std::int64_t q_tile, std::int
                   job.kv_scale[0] ? KvScales{job.kv_scale[0] + b * job.kv_scale_strides[0][0] + hk * job.kv_scale_strides[0][1],
                                              job.kv_scale[1] + b * job.kv_scale_strides[1][0] + hk * job.kv_scale_strides[1][1]}
                                   : KvScales{}};
+}
+
+// The K/V heads a packed tile item holds: one, or with their heads side by
+// side in each token row several (pack_group a multiple of kv_group), each
+// its own tile (kv_head_tile) walking the key tiles beside the others.
+inline int tile_kv_heads(const AttentionJob& job) {
+  return job.pack_tile && job.pack_group > job.kv_group ? static_cast<int>(job.pack_group / job.kv_group) : 1;
+}
+
+// Q tile `q_tile` of `unit` (a (batch, head), or a (batch, K/V head) and
+// its packed heads), keys of chunk `split`.
+inline TileItem tile_item(const AttentionJob& job, std::int64_t q_tile, std::int64_t split, std::int64_t unit) {
+  const std::int64_t unit_heads = job.heads / job.pack_group;
+  return tile_item_at(job, q_tile, split, unit / unit_heads, (unit % unit_heads) * job.pack_group,
+                      job.pack_tile ? job.pack_group : 1);
+}
+
+// The packed tile of the unit's K/V head g (of tile_kv_heads(job)).
+inline TileItem kv_head_tile(const AttentionJob& job, std::int64_t q_tile, std::int64_t split, std::int64_t unit, int g) {
+  const std::int64_t unit_heads = job.heads / job.pack_group;
+  return tile_item_at(job, q_tile, split, unit / unit_heads, (unit % unit_heads) * job.pack_group + g * job.kv_group,
+                      job.kv_group);
 }
 
 // Every item of `count` jobs in one parallel loop:

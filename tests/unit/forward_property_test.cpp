@@ -272,7 +272,9 @@ INSTANTIATE_TEST_SUITE_P(PairPaths, SharedKvPacking,
 // fp32 P), head_dims 32 and 256, and 8, 20 and 32 rows a K/V head.  An
 // FP8 cache with bf16 Q goes the same way in BNSD, each tile widened into
 // bf16 rows (the last 32 dims of head_dims 32 and 96 read alone), with its
-// per-head descale factors in the score scale and the output.
+// per-head descale factors in the score scale and the output.  Where the
+// K/V heads lie side by side (BSH) one item walks every K/V head of its
+// batch entry together, a tile each.
 struct KvRowsCase {
   const char* name;
   Layout layout;
@@ -299,6 +301,10 @@ const KvRowsCase kKvRowsCases[] = {
      DType::kFP8E4M3},
     {"fp8_e5m2_rows32_head_dim_32_dropout", Layout::kBNSD, 1, 4, 300, 16, 2, 32, 2, 0, {}, false, false, false, true, 0.0f,
      DType::kFP8E5M2},
+    {"bsh_heads_together_paged_lengths", Layout::kBSH, 2, 1, 700, 32, 8, 64, 0, 64, {700, 45}, false, true, false, false,
+     0.0f},
+    {"fp8_e4m3_bsh_heads_together_causal", Layout::kBSH, 1, 3, 333, 16, 4, 128, 0, 0, {}, true, false, true, false, 0.0f,
+     DType::kFP8E4M3},
 };
 
 class KvRows : public ::testing::TestWithParam<int> {};
@@ -336,8 +342,10 @@ TEST_P(KvRows, MatchesFloat64Reference) {
   fa::TilePlan plan;
   ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, c.dtype, k.kv_dtype, &plan).ok());
   EXPECT_TRUE(plan.pack_tile) << "the case should run a packed GQA tile";
+  EXPECT_EQ(plan.pack_gqa, k.layout == Layout::kBNSD ? k.heads / k.kv_heads : k.heads) << "heads an item holds";
   expect_matches_reference(c, fa::Isa::kAmx);
 }
+
 
 INSTANTIATE_TEST_SUITE_P(AmxEngine, KvRows, ::testing::Range(0, static_cast<int>(std::size(kKvRowsCases))),
                          [](const auto& info) { return std::string("amx_") + kKvRowsCases[info.param].name; });
@@ -691,6 +699,75 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, QuantizedCacheNan,
                                   (std::get<3>(info.param) == 1 ? "_decode" : "_tiles");
                          });
 
+// A NaN and an Inf in V on the amx engine's rows (bf16 cache, K/V heads
+// together or not): the products take V's dim pairs whole, so each
+// non-finite value is taken out of them and added back where the
+// reference adds it (its own dim, the rows that attend its key); every
+// other output element stays finite and within the bound.
+class KvRowsNonFiniteV : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(KvRowsNonFiniteV, ReachesWhatTheReferenceSays) {
+  SKIP_UNLESS_AVAILABLE(fa::Isa::kAmx);
+  if (kFa1) GTEST_SKIP() << "FA1 runs the vector loop on every path";
+  const Layout layout = GetParam();
+  const std::int64_t B = 1, Sq = 1, Skv = 300, H = 16, Hkv = 2, D = 64;
+  fa::AttentionParams p;
+  p.batch = B;
+  p.seq_q = Sq;
+  p.seq_kv = Skv;
+  p.num_heads = H;
+  p.num_kv_heads = Hkv;
+  p.head_dim = D;
+  p.threads = 2;
+  p.isa = fa::Isa::kAmx;
+  p.kv_heads_side_by_side = layout != Layout::kBNSD;
+  fa::TilePlan plan;
+  ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, DType::kBF16, &plan).ok());
+  ASSERT_TRUE(plan.pack_tile);
+  std::vector<float> q = normal(static_cast<std::size_t>(B * Sq * H * D), 41, 1),
+                     k = normal(static_cast<std::size_t>(B * Skv * Hkv * D), 42, 1),
+                     v = normal(static_cast<std::size_t>(B * Skv * Hkv * D), 43, 1);
+  // (the buffers hold [b][h][s][d] for BNSD, [b][s][h][d] for BSH: an
+  // element is found through its view's offset)
+  fa::cli::HostBuffer qb(q.size() * 2), kb(k.size() * 2), vb(v.size() * 2), ob(q.size() * 2);
+  fa::AttentionTensors t;
+  t.q = fa::make_view(qb.data(), DType::kBF16, layout, B, H, Sq, D);
+  t.k = fa::make_view(kb.data(), DType::kBF16, layout, B, Hkv, Skv, D);
+  t.v = fa::make_view(vb.data(), DType::kBF16, layout, B, Hkv, Skv, D);
+  t.o = fa::make_view(ob.data(), DType::kBF16, layout, B, H, Sq, D);
+  for (std::size_t i = 0; i < q.size(); ++i) fa::detail::store_from_f32(qb.data(), DType::kBF16, i, q[i]);
+  for (std::size_t i = 0; i < k.size(); ++i) fa::detail::store_from_f32(kb.data(), DType::kBF16, i, k[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) fa::detail::store_from_f32(vb.data(), DType::kBF16, i, v[i]);
+  const std::int64_t nan_at = t.v.offset(0, 0, 70, 20), inf_at = t.v.offset(0, 1, 201, 33);
+  fa::detail::store_from_f32(vb.data(), DType::kBF16, nan_at, std::numeric_limits<float>::quiet_NaN());
+  fa::detail::store_from_f32(vb.data(), DType::kBF16, inf_at, std::numeric_limits<float>::infinity());
+  ASSERT_TRUE(fa::cli::kForward(p, t).ok());
+  std::vector<double> ref(q.size());  // [b][s][h][d]
+  ASSERT_TRUE(fa::reference_forward(p, t, ref.data(), nullptr).ok());
+  std::int64_t nonfinite = 0;
+  double err2 = 0, ref2 = 0;
+  for (std::int64_t h = 0; h < H; ++h) {
+    for (std::int64_t d = 0; d < D; ++d) {
+      const double r = ref[static_cast<std::size_t>(h * D + d)];
+      const double o = fa::detail::load_as_f32(ob.data(), DType::kBF16, t.o.offset(0, h, 0, d));
+      const std::string where = "head " + std::to_string(h) + " dim " + std::to_string(d);
+      if (!std::isfinite(r)) {
+        ++nonfinite;
+        EXPECT_TRUE(std::isnan(r) ? std::isnan(o) : o == r) << where;
+        continue;
+      }
+      ASSERT_TRUE(std::isfinite(o)) << where;
+      err2 += (o - r) * (o - r);
+      ref2 += r * r;
+    }
+  }
+  EXPECT_EQ(nonfinite, 2 * (H / Hkv));  // dim 20 of K/V head 0's heads, dim 33 of head 1's
+  EXPECT_LE(std::sqrt(err2 / ref2), fa::cli::rel_l2_bound(DType::kBF16));
+}
+
+INSTANTIATE_TEST_SUITE_P(AmxEngine, KvRowsNonFiniteV, ::testing::Values(Layout::kBNSD, Layout::kBSH),
+                         [](const auto& info) { return std::string("amx_") + std::string(fa::layout_name(info.param)); });
+
 TEST_P(EdgeCases, HugeLogitsStayFinite) {
   // Q and K entries of about 100 give logits of order 1e4 and more: exp
   // without the max subtraction would overflow fp16 (and fp32) at once.
@@ -878,6 +955,7 @@ TEST_P(EdgeCases, PackedGqaTileEqualsRepeatedKvHeads) {
         p.tile_kv = 32;
         p.threads = 2;
         p.isa = isa();
+        p.kv_heads_side_by_side = layout != Layout::kBNSD;  // as the call sets it from the strides
         std::vector<float> bias;
         if (variant == 0) {  // causal, sinks, ALiBi, softcap, dropout, unsplit
           p.causal = true;
