@@ -822,8 +822,10 @@ class PairTileSteps {
   // one (found by its exponent, all ones: the largest value V & 0x7f80 can
   // take, so a running maximum finds it) is multiplied with those values as
   // zeros (copied into the K buffer, or widened there) and each is added to
-  // O afterwards, where the reference adds it: the rows whose probability of
-  // its key is not zero, its dim only (add_nonfinite_v).  An FP8 cache is
+  // O afterwards, to its own dim only, as P x V for every row of the tile
+  // (add_nonfinite_v): a zero probability gives NaN there as on the vector
+  // loops, so no NaN the reference has is lost (a dropped key's, which the
+  // reference multiplies by zero).  An FP8 cache is
   // screened as it is widened (a few instructions); a bf16 one read in place
   // only when an item runs again (finish): a pass over every V tile cost
   // GQA decoding 5-15% of its time.
@@ -872,7 +874,7 @@ class PairTileSteps {
         for (int r = 0; r < it_.rows; ++r) {  // P as the product took it (pack_p_pairs' order)
           const std::uint32_t pair = op_.pb[(std::int64_t(r / 16) * ldp + c / 2) * 16 + r % 16];
           const float prob = detail::bf16_to_f32(static_cast<std::uint16_t>(c % 2 ? pair >> 16 : pair & 0xffff));
-          if (prob != 0.0f) o.at(r, d / 32, d % 2)[(d % 32) / 2] += prob * v;
+          o.at(r, d / 32, d % 2)[(d % 32) / 2] += prob * v;
         }
       }
     }
@@ -883,9 +885,9 @@ class PairTileSteps {
   // zero rows up to the block of 16, as locate_rows copies a last tile: the
   // values exactly (Fp8Bf16Table, NaN included), in order, so Q, P and O
   // keep the bf16 cache's layouts; the cache's descale factors stay in the
-  // score scale and the output's denominator, as for FP8 inputs.  Four
-  // vector instructions per 64 values, on lines the previous tile streamed
-  // into L2.
+  // score scale and the output's denominator, as for FP8 inputs.  Six
+  // vector instructions per 64 values (widen_in_order), on lines the
+  // previous tile streamed into L2.
   void widen_fp8_rows() {
     const int dims = this->dims();  // a multiple of 32 (reads_rows)
     const std::int64_t bytes = std::int64_t(dims) * 2;

@@ -701,9 +701,8 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, QuantizedCacheNan,
 
 // A NaN and an Inf in V on the amx engine's rows (bf16 cache, K/V heads
 // together or not): the products take V's dim pairs whole, so each
-// non-finite value is taken out of them and added back where the
-// reference adds it (its own dim, the rows that attend its key); every
-// other output element stays finite and within the bound.
+// non-finite value is taken out of them and added back to its own dim;
+// every other output element stays finite and within the bound.
 class KvRowsNonFiniteV : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(KvRowsNonFiniteV, ReachesWhatTheReferenceSays) {

@@ -597,10 +597,14 @@ struct TilePlan {
   // path: queries of row_rows + 1 to 32 rows in GQA groups (speculative
   // decoding, the tail of chunked prefill), and shorter ones where the bf16
   // pair engines (avx512bf16, amx) run the call and a group holds at least 8
-  // rows (on avx512bf16 with row_rows 8: more than 8).  A
-  // tile then holds the rows of one K/V head's whole group, head after head:
-  // tile_q rows in all, q_step of each head (tile_q / pack_gqa; without
-  // packing q_step = tile_q).
+  // rows (on avx512bf16 with row_rows 8: more than 8; on amx with bf16 K/V
+  // or an FP8 cache, head_dim a multiple of 32, 2 rows; fp16 more than 8).
+  // A tile then holds the rows of one K/V head's whole group, head after
+  // head: tile_q rows in all, q_step of each head (tile_q / the group;
+  // without packing q_step = tile_q).  Where the amx path reads K/V rows
+  // with the K/V heads side by side in a token row, an item holds the
+  // groups of every K/V head of a batch entry (pack_gqa: all the heads), a
+  // tile each, walked together.
   bool pack_tile = false;
   int q_step = 0;
   // The most rows a Q tile may have to run the row path (decoding and short
