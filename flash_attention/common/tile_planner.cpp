@@ -311,7 +311,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // Where the tile unit reads K/V rows in place, a group of 2 to 7 rows
   // takes the packed tile too (GQA 32/8 decoding on a Xeon with AMX: BNSD
   // 0.69-0.98x the row path's time; BSH, with the K/V heads of a batch
-  // entry walked together below, 60-62% of the bandwidth against 39-50%,
+  // entry walked together below, 59-63% of the bandwidth against 39-42%,
   // docs/PERF.md).
   const bool rows_tile = detail::tile_reads_kv_rows(isa, dtype, kv_dtype, p.head_dim);
   // fp16 on the tile unit runs as two bf16 pieces, packed tile by tile (half
@@ -387,8 +387,8 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // 64 keys (32 KiB of bf16 K/V rows), 32 for an FP8 cache (whose widened
   // rows come on top of the codes) and where the K/V heads lie side by side
   // (an item walks all of them, each head's 256-byte slices of a tile's
-  // rows 2 KiB apart at 8 heads of D128, so that a 64-key tile's lines
-  // crowd into an eighth of L1's sets).  GQA 64/8 decoding in BNSD then
+  // rows 2 KiB apart at 8 heads of D128, which fall into an eighth of L1's
+  // sets).  GQA 64/8 decoding in BNSD then
   // read at 72-78% of the measured bandwidth against 64-70% with the
   // table's 256 keys, 32/8 at 75-79% against 65-68%; in BSH 32 keys 64-66%,
   // 64 keys 47-48%; over an FP8 cache 32 keys took 0.75x the time of 64
@@ -419,9 +419,13 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // slice of every token row (heads side by side: BSH, BSND, TND, a pool
   // laid out so): one item walks the tiles of every K/V head of its batch
   // entry together, a tile each (kernels' tile_kv_heads), and so reads each
-  // tile's token rows whole; split-KV supplies the parallelism.
+  // tile's token rows whole; split-KV supplies the parallelism.  As many
+  // heads as keep their tiles' Q and O (bf16 and fp32) within half the L2:
+  // every head's at decoding, fewer for long groups at large head_dims.
   if (pack_tile && p.kv_heads_side_by_side && detail::tile_reads_kv_rows(isa, dtype, kv_dtype, p.head_dim)) {
-    std::int64_t n = std::min<std::int64_t>(p.kv_heads(), detail::kMaxTileKvHeads);
+    const std::size_t state_bytes = std::size_t(tq) * std::size_t(tile_dims) * (2 + 4);
+    const std::int64_t fit = std::max<std::int64_t>(1, std::int64_t(limit / 2 / state_bytes));
+    std::int64_t n = std::min<std::int64_t>({p.kv_heads(), detail::kMaxTileKvHeads, fit});
     while (p.kv_heads() % n != 0) --n;
     plan->pack_gqa = static_cast<int>(group * n);
   }
