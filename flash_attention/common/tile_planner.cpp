@@ -393,7 +393,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // table's 256 keys, 32/8 at 75-79% against 65-68%; in BSH 32 keys 64-66%,
   // 64 keys 47-48%; over an FP8 cache 32 keys took 0.75x the time of 64
   // (docs/PERF.md).  Table tiles only.
-  if (kv_from_table && pack_tile && detail::tile_reads_kv_rows(isa, dtype, kv_dtype, p.head_dim)) {
+  if (kv_from_table && pack_tile && rows_tile) {
     tkv = std::min(tkv, is_fp8(kv_dtype) || p.kv_heads_side_by_side ? 32 : 64);
   }
   plan->tile_q = tq;
@@ -422,7 +422,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // tile's token rows whole; split-KV supplies the parallelism.  As many
   // heads as keep their tiles' Q and O (bf16 and fp32) within half the L2:
   // every head's at decoding, fewer for long groups at large head_dims.
-  if (pack_tile && p.kv_heads_side_by_side && detail::tile_reads_kv_rows(isa, dtype, kv_dtype, p.head_dim)) {
+  if (pack_tile && p.kv_heads_side_by_side && rows_tile) {
     const std::size_t state_bytes = std::size_t(tq) * std::size_t(tile_dims) * (2 + 4);
     const std::int64_t fit = std::max<std::int64_t>(1, std::int64_t(limit / 2 / state_bytes));
     std::int64_t n = std::min<std::int64_t>({p.kv_heads(), detail::kMaxTileKvHeads, fit});
