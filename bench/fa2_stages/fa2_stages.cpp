@@ -1,52 +1,14 @@
 // fa2_stages: where the time of the FA2 tile loop goes, per stage, on one
-// thread with the data in cache, for one kernel path.  See stage_timer.h.
+// thread with the data in cache, for one kernel path.  The timer is the
+// library's (flash_attention/fa2/fa2_stage_timer.h, compiled with the loop).
 #include <cstdio>
 #include <iostream>
 #include <string>
 
 #include "driver/cli_args.h"
-#include "stage_report.h"
-
-namespace fa::bench {
-#if FA_BUILD_GENERIC
-StageReport time_stages_generic(const StageConfig& cfg);
-#endif
-#if FA_BUILD_AVX2
-StageReport time_stages_avx2(const StageConfig& cfg);
-#endif
-#if FA_BUILD_AVX512
-StageReport time_stages_avx512(const StageConfig& cfg);
-#endif
-#if FA_BUILD_AVX512BF16
-StageReport time_stages_avx512bf16(const StageConfig& cfg);
-#endif
-#if FA_BUILD_AMX
-StageReport time_stages_amx(const StageConfig& cfg);
-#endif
-}  // namespace fa::bench
+#include "flash_attention/testing.h"
 
 namespace {
-
-fa::bench::StageReport run(fa::Isa isa, const fa::bench::StageConfig& cfg) {
-  switch (isa) {
-#if FA_BUILD_GENERIC
-    case fa::Isa::kGeneric: return fa::bench::time_stages_generic(cfg);
-#endif
-#if FA_BUILD_AVX2
-    case fa::Isa::kAvx2: return fa::bench::time_stages_avx2(cfg);
-#endif
-#if FA_BUILD_AVX512
-    case fa::Isa::kAvx512: return fa::bench::time_stages_avx512(cfg);
-#endif
-#if FA_BUILD_AVX512BF16
-    case fa::Isa::kAvx512Bf16: return fa::bench::time_stages_avx512bf16(cfg);
-#endif
-#if FA_BUILD_AMX
-    case fa::Isa::kAmx: return fa::bench::time_stages_amx(cfg);
-#endif
-    default: throw fa::cli::UsageError("--isa: path not in this build");
-  }
-}
 
 int main_impl(int argc, char** argv) {
   using K = fa::cli::FlagKind;
@@ -72,7 +34,7 @@ int main_impl(int argc, char** argv) {
   }
   fa::Isa isa;
   if (fa::Status s = fa::select_isa(probe, &isa); !s.ok()) throw fa::cli::UsageError("--isa: " + s.message());
-  fa::bench::StageConfig cfg;
+  fa::testing::StageConfig cfg;
   auto dt = fa::parse_dtype(args.str("dtype", "bf16"));
   if (!dt || fa::is_fp8(*dt)) throw fa::cli::UsageError("--dtype: expected fp16, bf16 or fp32");
   cfg.dtype = *dt;
@@ -90,7 +52,8 @@ int main_impl(int argc, char** argv) {
   cfg.seconds = args.real("seconds", 0.2);
   if (!(cfg.seconds > 0 && cfg.seconds <= 60)) throw fa::cli::UsageError("--seconds: expected 0 < S <= 60");
 
-  const fa::bench::StageReport r = run(isa, cfg);
+  fa::testing::StageReport r{};
+  if (!fa::testing::time_tile_stages(isa, cfg, &r)) throw fa::cli::UsageError("--isa: path not in this build");
   const double tq = cfg.tile_q, tkv = cfg.tile_kv, D = cfg.head_dim;
   const double gemm_flops = 2.0 * tq * tkv * D;
   double tile_ns = 0;
@@ -101,7 +64,7 @@ int main_impl(int argc, char** argv) {
               cfg.tile_q, cfg.tile_kv);
   std::printf("%-28s %10s %8s %10s %9s\n", "stage", "ns/tile", "share", "GFLOP/s", "of peak");
   for (int i = 0; i < r.count; ++i) {
-    const fa::bench::Stage& s = r.stages[i];
+    const fa::testing::Stage& s = r.stages[i];
     if (s.reference) continue;
     if (s.flops > 0) {
       std::printf("%-28s %10.0f %7.1f%% %10.1f %8.1f%%\n", s.name, s.ns, 100 * s.ns / tile_ns, s.flops / s.ns,
@@ -113,7 +76,7 @@ int main_impl(int argc, char** argv) {
   std::printf("%-28s %10.0f %7.1f%% %10.1f %8.1f%%\n", "tile total", tile_ns, 100.0, 2 * gemm_flops / tile_ns,
               100 * 2 * gemm_flops / tile_ns / r.peak_gflops_one_thread);
   for (int i = 0; i < r.count; ++i) {
-    const fa::bench::Stage& s = r.stages[i];
+    const fa::testing::Stage& s = r.stages[i];
     if (!s.reference) continue;
     std::printf("%-28s %10.0f %8s %10.1f %8.1f%%   (ceiling, not in the total)\n", s.name, s.ns, "", s.flops / s.ns,
                 100 * s.flops / s.ns / r.peak_gflops_one_thread);

@@ -314,4 +314,10 @@ bool vector_widen_pairs(Isa isa, DType dtype, const void* in, float* out, int n,
   return isa_available(isa) && detail::kernel_table(isa)->widen_pairs_array(dtype, value_pairs, in, out, n);
 }
 
+bool time_tile_stages(Isa isa, const StageConfig& cfg, StageReport* out) {
+  if (!isa_available(isa)) return false;
+  const auto time_stages = detail::kernel_table(isa)->time_stages;
+  return time_stages != nullptr && time_stages(cfg, out);
+}
+
 }  // namespace fa::testing

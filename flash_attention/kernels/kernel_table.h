@@ -10,6 +10,7 @@
 #include "../common/dropout.h"
 #include "../common/mask.h"
 #include "flash_attention/flash_attention.h"
+#include "flash_attention/testing.h"
 
 namespace fa::detail {
 
@@ -200,6 +201,9 @@ struct KernelTable {
   // Bytes per second the calling thread reads streaming `bytes` at `data`
   // (64-byte aligned) over and over with this path's loads.
   double (*read_rate_one_thread)(const void* data, std::size_t bytes, double seconds);
+  // The tile loop's stages timed one by one (fa2/fa2_stage_timer.h); FA2's
+  // tables only, null in the others.
+  bool (*time_stages)(const testing::StageConfig& cfg, testing::StageReport* out);
 };
 
 // nullptr when the path is not built.

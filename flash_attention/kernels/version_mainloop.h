@@ -9,6 +9,7 @@
 #include "../fa1/fa1_mainloop.h"
 #elif FA_LOOP_VERSION == 2
 #include "../fa2/fa2_mainloop.h"
+#include "../fa2/fa2_stage_timer.h"
 #elif FA_LOOP_VERSION == 3
 #include "../fa3/fa3_mainloop.h"
 #else
@@ -40,7 +41,13 @@ inline constexpr detail::KernelTable kernel_table_of(Isa isa, const char* name, 
           &widen_pairs_array,
           &fma_peak_one_thread,
           matrix_peak,
-          &read_rate_one_thread};
+          &read_rate_one_thread,
+#if FA_LOOP_VERSION == 2
+          &time_stages
+#else
+          nullptr
+#endif
+  };
 }
 
 }  // namespace fa::FA_KERNEL_NS

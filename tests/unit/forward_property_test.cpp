@@ -40,7 +40,7 @@ const auto kDtypes = ::testing::Values(DType::kF32, DType::kF16, DType::kBF16);
 
 class RandomShapes : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, int>> {};
 
-constexpr bool kFa1 = fa::cli::kVersion == fa::Version::kFA1;
+const bool kFa1 = fa::cli::kVersion == fa::Version::kFA1;
 
 // Runs a case on `isa` and checks it against the float64 reference.  FA1
 // runs its fixed tiles (0: the version's default) on the same case, and must

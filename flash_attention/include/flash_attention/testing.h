@@ -22,4 +22,34 @@ FA_API bool vector_widen(Isa isa, DType dtype, const void* in, float* out, int n
 // is not available or widens no FP8 that way.
 FA_API bool vector_widen_pairs(Isa isa, DType dtype, const void* in, float* out, int n, bool value_pairs);
 
+// The FA2 tile loop's stages timed one by one on one kernel path (the
+// bench/fa2_stages program): one thread, the data in cache.
+struct StageConfig {
+  DType dtype;
+  int head_dim, tile_q, tile_kv;  // head_dim a multiple of 8; tiles powers of two from 16
+  int tiles_per_item;             // K/V tiles in the work item timed whole
+  double seconds;                 // time budget per measurement
+};
+
+struct Stage {
+  const char* name;
+  double ns;     // per K/V tile, one thread, data in cache
+  double flops;  // matrix-product FLOPs of the stage (0 for the others)
+  bool reference = false;  // a ceiling shown for comparison, not part of the tile
+};
+
+struct StageReport {
+  Stage stages[8];
+  int count;
+  // Nanoseconds per work item beyond its tiles: Q load and transpose,
+  // accumulator set-up, epilogue (normalize, transpose back, store).
+  double item_overhead_ns;
+  double peak_gflops_one_thread;
+  const char* peak_unit;  // the probe behind the peak: "FMA", "AMX" or "VDPBF16PS"
+};
+
+// Fills `out` for `isa`'s FA2 loop, compiled with the library.  False when
+// the path is not available, the library is not FA2's, or the dtype is FP8.
+FA_API bool time_tile_stages(Isa isa, const StageConfig& cfg, StageReport* out);
+
 }  // namespace fa::testing

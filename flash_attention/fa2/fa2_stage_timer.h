@@ -2,19 +2,21 @@
 // thread, each on its own in a loop over the same tile (Q·Kᵀ, softmax, P·V,
 // K/V conversion; on the pair path (amx, avx512bf16) also the packing into
 // the pair layouts; the softmax's cost does not depend on the values it sees),
-// then a whole work item (run_q_tile) against the sum of its tiles.  The code timed is the
-// kernel's own (fa2/fa2_mainloop.h and the engines it includes), not a
-// copy.  Included by stages_<isa>.cpp after the path's vec header and the
-// FA2 mainloop.
+// then a whole work item (run_q_tile) against the sum of its tiles.  The
+// code timed is the kernel's own (fa2/fa2_mainloop.h and the engines it
+// includes), compiled once with it: kernels/version_mainloop.h includes this
+// in each path's FA2 translation unit and its KernelTable points at
+// time_stages, which bench/fa2_stages reaches through
+// fa::testing::time_tile_stages (a program of its own compiling the loop
+// again per path cost the suite's build minutes).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
-#include <string>
-#include <vector>
 
-#include "stage_report.h"
+#include "flash_attention/testing.h"
 
 namespace fa::FA_KERNEL_NS {
 
@@ -37,7 +39,7 @@ double ns_per_call(Fn&& fn, double seconds) {
 // The pair path's stages (bf16_pair_path.h and the path's engine), on the
 // same buffers.
 template <DType DT, class Add>
-void time_pair_stages(const bench::StageConfig& cfg, const Workspace& w, const char* q, const char* k, const char* v,
+void time_pair_stages(const testing::StageConfig& cfg, const Workspace& w, const char* q, const char* k, const char* v,
                      Add&& add) {
   constexpr int kP = kPieces<DT>;
   const int D = cfg.head_dim, tq = cfg.tile_q, tkv = cfg.tile_kv, nvec = tq / 16;
@@ -61,17 +63,18 @@ void time_pair_stages(const bench::StageConfig& cfg, const Workspace& w, const c
   kpack();
   scores();  // Sᵀ holds real scores before the softmax is timed
   vpack();
-  static const std::string unit = PairEngine::kUnit;
-  static const std::string qk_name = "Q*K^T (" + unit + (kP == 1 ? ")" : ", 3 products)");
-  static const std::string pv_name = "P*V (" + unit + (kP == 1 ? ")" : ", 3 products)");
-  add(qk_name.c_str(), ns_per_call(scores, cfg.seconds), flops);
+  // The report keeps the names' addresses (one timing at a time).
+  static char qk_name[40], pv_name[40];
+  std::snprintf(qk_name, sizeof qk_name, "Q*K^T (%s%s)", PairEngine::kUnit, kP == 1 ? "" : ", 3 products");
+  std::snprintf(pv_name, sizeof pv_name, "P*V (%s%s)", PairEngine::kUnit, kP == 1 ? "" : ", 3 products");
+  add(qk_name, ns_per_call(scores, cfg.seconds), flops);
   add(kP == 1 ? "K copy to A-tile order" : "K split+copy to A tiles", ns_per_call(kpack, cfg.seconds), 0);
   add(kP == 1 ? "V transpose to pairs" : "V split+transpose", ns_per_call(vpack, cfg.seconds), 0);
   add(kHalfSoftmax<DT> ? "fp16-exp softmax + P split" : kP == 1 ? "softmax + P to bf16 pairs" : "softmax + P split to pairs",
       ns_per_call(fused, cfg.seconds), 0);
   for (int i = 0; i < tq; ++i) w.alpha[i] = 0.5f;  // rescale timed as when the max moved
   add("O rescale (when max moved)", ns_per_call(rescale, cfg.seconds), 0);
-  add(pv_name.c_str(), ns_per_call(accumulate, cfg.seconds), flops);
+  add(pv_name, ns_per_call(accumulate, cfg.seconds), flops);
 #if defined(FA_HAVE_AMX)
   // The same number of 2 x 2 blocks as Q*K^T on one 32 x 32 block of the
   // operands (in L1 throughout): what the blocking itself allows.
@@ -98,31 +101,43 @@ void time_pair_stages(const bench::StageConfig& cfg, const Workspace& w, const c
 }
 #endif
 
+// The scratch and the tensors in one block from std::aligned_alloc, not
+// std::vector: a kernel object must hold no code that can throw (its
+// unwinding tables and the standard library's weak copies compiled with the
+// path's flags; isa_objects_share_no_symbols checks).  False when the
+// block cannot be had.
 template <DType DT>
-bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
+bool time_stages_typed(const testing::StageConfig& cfg, testing::StageReport* out) {
   const int D = cfg.head_dim, tq = cfg.tile_q, tkv = cfg.tile_kv, nvec = tq / Vec::W;
 #if defined(FA_HAVE_BF16_PAIRS)
-  std::vector<float> scratch(pair_workspace_floats(tq, tkv, D) + 16);
+  const std::size_t scratch_floats = pair_workspace_floats(tq, tkv, D);
 #else
-  std::vector<float> scratch(Workspace::floats(tq, tkv, D) + 16);
+  const std::size_t scratch_floats = Workspace::floats(tq, tkv, D);
 #endif
-  // 64-byte aligned, as the library's scratch: a tile row that straddles two
-  // cache lines costs the tile loads and stores about 2.5x.
-  const auto aligned = (reinterpret_cast<std::uintptr_t>(scratch.data()) + 63) & ~std::uintptr_t{63};
-  const Workspace w = Workspace::carve(reinterpret_cast<float*>(aligned), tq, tkv, D);
+  auto lines = [](std::size_t bytes) { return (bytes + 63) & ~std::size_t{63}; };
   const std::int64_t seq_kv = std::int64_t(tkv) * cfg.tiles_per_item;
   const std::size_t es = dtype_size(DT);
-  std::vector<char> k(seq_kv * D * es), v(seq_kv * D * es), q(std::size_t(tq) * D * es), o(std::size_t(tq) * D * es);
+  const std::size_t scratch_bytes = lines(scratch_floats * sizeof(float)), kv_bytes = lines(seq_kv * D * es),
+                    q_bytes = lines(std::size_t(tq) * D * es);
+  // 64-byte aligned, as the library's scratch: a tile row that straddles two
+  // cache lines costs the tile loads and stores about 2.5x.
+  char* const block = static_cast<char*>(std::aligned_alloc(64, scratch_bytes + 2 * kv_bytes + 2 * q_bytes));
+  if (block == nullptr) return false;
+  const Workspace w = Workspace::carve(reinterpret_cast<float*>(block), tq, tkv, D);
+  char* const k = block + scratch_bytes;
+  char* const v = k + kv_bytes;
+  char* const q = v + kv_bytes;
+  char* const o = q + q_bytes;
   unsigned seed = 12345;
   auto next = [&seed] { seed = seed * 1664525u + 1013904223u; return float(int(seed >> 9) - (1 << 22)) / float(1 << 22); };
   for (std::int64_t i = 0; i < seq_kv * D; ++i) {
-    detail::store_from_f32(k.data(), DT, i, next());
-    detail::store_from_f32(v.data(), DT, i, next());
+    detail::store_from_f32(k, DT, i, next());
+    detail::store_from_f32(v, DT, i, next());
   }
-  for (std::int64_t i = 0; i < std::int64_t(tq) * D; ++i) detail::store_from_f32(q.data(), DT, i, next());
+  for (std::int64_t i = 0; i < std::int64_t(tq) * D; ++i) detail::store_from_f32(q, DT, i, next());
   for (int i = 0; i < D * tq; ++i) w.qt[i] = next() * 0.125f;
-  load_tile<DT>(k.data(), D, tkv, D, w.kbuf);
-  load_tile<DT>(v.data(), D, tkv, D, w.vbuf);
+  load_tile<DT>(k, D, tkv, D, w.kbuf);
+  load_tile<DT>(v, D, tkv, D, w.vbuf);
   auto reset_state = [&] {
     for (int i = 0; i < tq; ++i) {
       w.m[i] = kNegInf;
@@ -132,7 +147,7 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   reset_state();
   for (int i = 0; i < D * tq; ++i) w.ot[i] = 0.0f;
 
-  bench::StageReport r{};
+  testing::StageReport r{};
   const double flops = 2.0 * tq * tkv * D;
   auto add = [&r](const char* name, double ns, double stage_flops, bool reference = false) {
     r.stages[r.count++] = {name, ns, stage_flops, reference};
@@ -142,7 +157,7 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
 #if defined(FA_HAVE_BF16_PAIRS)
   if constexpr (PairEngine::kHandles<DT>) {
     if (D % 32 == 0 && tkv % 32 == 0) {  // as pair_tile_path_fits
-      time_pair_stages<DT>(cfg, w, q.data(), k.data(), v.data(), add);
+      time_pair_stages<DT>(cfg, w, q, k, v, add);
       r.peak_unit = PairEngine::kUnit;
       timed = true;
     }
@@ -153,8 +168,8 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
     [[maybe_unused]] auto sm = [&] { scaled_softmax_tile<DT>(w, tkv, nvec, tq, 0.18f); };
     [[maybe_unused]] auto pv = [&] { gemm<true>(w.vbuf, 1, D, D, tkv, w.st, tq, nvec, w.ot, tq, w.alpha); };
     [[maybe_unused]] auto cv = [&] {
-      load_tile<DT>(k.data(), D, tkv, D, w.kbuf);
-      load_tile<DT>(v.data(), D, tkv, D, w.vbuf);
+      load_tile<DT>(k, D, tkv, D, w.kbuf);
+      load_tile<DT>(v, D, tkv, D, w.vbuf);
     };
     qk();  // Sᵀ holds real scores before the softmax is timed
     add("Q*K^T (microkernel)", ns_per_call(qk, cfg.seconds), flops);
@@ -167,10 +182,10 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   for (int i = 0; i < r.count; ++i) t4 += r.stages[i].ns;
 
   detail::AttentionJob job{};
-  job.q = q.data();
-  job.k = k.data();
-  job.v = v.data();
-  job.o = o.data();
+  job.q = q;
+  job.k = k;
+  job.v = v;
+  job.o = o;
   job.dtype = DT;
   job.o_dtype = DT;
   job.batch = 1;
@@ -205,15 +220,19 @@ bench::StageReport time_stages_typed(const bench::StageConfig& cfg) {
   {
     r.peak_gflops_one_thread = fma_peak_one_thread(cfg.seconds);
   }
-  return r;
+  std::free(block);
+  *out = r;
+  return true;
 }
 
-inline bench::StageReport time_stages(const bench::StageConfig& cfg) {
+// False for an FP8 dtype (the timer builds its inputs in the dtype timed) or
+// when its memory cannot be had.
+inline bool time_stages(const testing::StageConfig& cfg, testing::StageReport* out) {
   switch (cfg.dtype) {
-    case DType::kF32: return time_stages_typed<DType::kF32>(cfg);
-    case DType::kF16: return time_stages_typed<DType::kF16>(cfg);
-    case DType::kBF16: return time_stages_typed<DType::kBF16>(cfg);
-    default: return {};  // FP8 runs on FA3 only (fa2_stages refuses it)
+    case DType::kF32: return time_stages_typed<DType::kF32>(cfg, out);
+    case DType::kF16: return time_stages_typed<DType::kF16>(cfg, out);
+    case DType::kBF16: return time_stages_typed<DType::kBF16>(cfg, out);
+    default: return false;
   }
 }
 
