@@ -65,7 +65,7 @@ std::string kernel_id(fa::Isa isa, bool matrix) {
 // cache widened to bf16.
 std::string kernel_name(fa::Isa isa, bool matrix, fa::DType dtype, std::optional<fa::DType> kv_dtype) {
   const bool avx512 = isa == fa::Isa::kAvx512 || isa == fa::Isa::kAvx512Bf16 || isa == fa::Isa::kAmx;
-  if (kv_dtype == fa::DType::kI8 && avx512) {
+  if (kv_dtype == fa::DType::kI8 && avx512 && !matrix) {
     return std::string(fa::isa_name(isa)) + (isa == fa::Isa::kAvx512 ? " (int8 cache: decoding's products as VPMADDWD on int16"
                                                                      : " (int8 cache: decoding's products as VPDPWSSD on int16") +
            " Q and P; longer queries on AVX-512 FMA)";
@@ -74,7 +74,8 @@ std::string kernel_name(fa::Isa isa, bool matrix, fa::DType dtype, std::optional
   std::vector<std::string> notes;
   if (kv_dtype && isa == fa::Isa::kAmx && matrix) {
     notes.push_back(std::string(fa::dtype_name(*kv_dtype)) +
-                    " cache: the GQA group's products on the AMX tiles, each K/V tile widened to bf16 rows by byte tables");
+                    " cache: the GQA group's products on the AMX tiles, each K/V tile widened to bf16 rows by byte tables" +
+                    (*kv_dtype == fa::DType::kI8 ? ", its per-key scales on the scores and P" : ""));
   } else if (kv_dtype) {
     notes.push_back(std::string(fa::dtype_name(*kv_dtype)) +
                     " cache: decoding's products as VDPBF16PS on K and V widened to bf16 by byte tables" +
@@ -456,14 +457,16 @@ int run(int argc, char** argv) {
   // The products' unit: the AMX tiles (amx path, bf16 and fp16) or
   // VDPBF16PS (avx512bf16 path, bf16) where the pair path runs, and
   // VDPBF16PS for an FP8 cache's short queries on the avx512bf16 row path,
-  // the AMX tiles for a packed GQA group of bf16 queries over an FP8 cache
-  // on the amx path (widened tile by tile); else the path's vector FMA (a
-  // quantized cache's tile loops, an int8 cache's integer products).
+  // the AMX tiles for a packed GQA group of bf16 queries over an FP8 or
+  // int8 cache on the amx path (widened tile by tile); else the path's
+  // vector FMA (a quantized cache's tile loops, an int8 cache's integer
+  // products on the row path).
   const bool fp8_row_pairs = o.kv_dtype && fa::is_fp8(*o.kv_dtype) && isa == fa::Isa::kAvx512Bf16 && !plan.pack_tile &&
                              p.seq_q <= plan.row_rows;
-  const bool fp8_tiles = o.kv_dtype && fa::is_fp8(*o.kv_dtype) && isa == fa::Isa::kAmx && o.dtype == fa::DType::kBF16 &&
-                         plan.pack_tile && D % 32 == 0 && plan.tile_kv % 32 == 0 && plan.tile_q % 16 == 0;
-  const bool matrix = o.kv_dtype ? fp8_row_pairs || fp8_tiles : fa::uses_matrix_unit(isa, o.dtype, D);
+  const bool quantized_tiles = o.kv_dtype && (fa::is_fp8(*o.kv_dtype) || *o.kv_dtype == fa::DType::kI8) &&
+                               isa == fa::Isa::kAmx && o.dtype == fa::DType::kBF16 && plan.pack_tile && D % 32 == 0 &&
+                               plan.tile_kv % 32 == 0 && plan.tile_q % 16 == 0;
+  const bool matrix = o.kv_dtype ? fp8_row_pairs || quantized_tiles : fa::uses_matrix_unit(isa, o.dtype, D);
   auto measure_peak = [&] {
     return matrix ? fa::measure_matrix_peak_gflops(isa, used_threads, 0.2)
                   : fa::measure_fma_peak_gflops(isa, used_threads, 0.2);

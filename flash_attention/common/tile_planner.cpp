@@ -312,14 +312,18 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // takes the packed tile too (GQA 32/8 decoding on a Xeon with AMX: BNSD
   // 0.69-0.98x the row path's time; BSH, with the K/V heads of a batch
   // entry walked together below, 59-63% of the bandwidth against 39-42%,
-  // docs/PERF.md).
+  // docs/PERF.md); over an int8 cache, 8 rows and more.
   const bool rows_tile = detail::tile_reads_kv_rows(isa, dtype, kv_dtype, p.head_dim);
   // fp16 on the tile unit runs as two bf16 pieces, packed tile by tile (half
   // the time of GQA 64/8 decoding went to that packing): up to 8 rows the
   // FMA row path takes 0.55x its time, at 16 the two are level and at 32 the
   // tile takes 0.67x (BNSD, 32768 keys, Xeon with AMX, docs/PERF.md).
   const bool fp16_pieces = isa == Isa::kAmx && dtype == DType::kF16;
-  const int pair_min_rows = rows_tile ? 2 : row_dot || fp16_pieces ? 9 : 8;
+  // An int8 cache's row path multiplies int16 Q and P with VPDPWSSD: at 4
+  // rows (GQA 32/8 decoding) it took 0.7-0.8x the tile's time, at 8 (64/8)
+  // 1.2-1.3x (BNSD, 32768 keys, Xeon with AMX, docs/PERF.md).
+  const int rows_tile_min = kv_dtype == DType::kI8 ? 8 : 2;
+  const int pair_min_rows = rows_tile ? rows_tile_min : row_dot || fp16_pieces ? 9 : 8;
   const bool pair_rows = matrix && (kv_dtype == dtype || rows_tile) && group * longest_q >= pair_min_rows;
   bool pack_tile = version != Version::kFA1 && group > 1 && longest_q <= kPackTileMaxRows &&
                    (longest_q > row_rows || pair_rows);
@@ -394,7 +398,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // 64 keys 47-48%; over an FP8 cache 32 keys took 0.75x the time of 64
   // (docs/PERF.md).  Table tiles only.
   if (kv_from_table && pack_tile && rows_tile) {
-    tkv = std::min(tkv, is_fp8(kv_dtype) || p.kv_heads_side_by_side ? 32 : 64);
+    tkv = std::min(tkv, kv_dtype != dtype || p.kv_heads_side_by_side ? 32 : 64);
   }
   plan->tile_q = tq;
   plan->tile_kv = tkv;

@@ -72,29 +72,35 @@ inline std::uint32_t* pairs_buffer(const Workspace& w, int tq) {
   return reinterpret_cast<std::uint32_t*>(w.alpha + pad16(tq));
 }
 
+// The quantized caches this path's build widens into bf16 rows tile by tile
+// (FP8 and int8, by byte tables, which need AVX512_VBMI).
+inline bool widens_to_bf16_rows([[maybe_unused]] DType kv_dtype) {
+#if defined(__AVX512VBMI__)
+  return is_fp8(kv_dtype) || kv_dtype == DType::kI8;
+#else
+  return false;
+#endif
+}
+
 // Whole blocks of keys and rows: 32 keys per A block of the second product,
-// 16 rows per B block.  Other tiles, and quantized K/V caches (int8, FP8
-// with 16-bit Q), run the AVX-512 loop, but for pair_path_runs' case below.
+// 16 rows per B block.  Other tiles, and quantized K/V caches (int8, FP8),
+// run the AVX-512 loop, but for pair_path_runs' case below.
 // Any head_dim: see pair_dims.
 inline bool pair_tile_path_fits(const AttentionJob& job) {
   return job.kv_dtype == job.dtype && job.tile_kv % 32 == 0 && job.tile_q % 16 == 0;
 }
 
 // Whether the pair path runs a job's Q tiles on `Engine`: where it fits, and
-// for an FP8 cache with bf16 Q in a packed GQA tile on an engine that reads
-// K/V as rows (the tile unit), each K/V tile widened exactly into bf16 rows
-// (PairTileSteps::widen_fp8_rows) at head_dim a multiple of 32.  The
-// planner packs those tiles where they beat the row path
-// (detail::tile_reads_kv_rows).
+// for a quantized cache (FP8, int8) with bf16 Q in a packed GQA tile on an
+// engine that reads K/V as rows (the tile unit), each K/V tile widened
+// exactly into bf16 rows (PairTileSteps::widen_fp8_rows, widen_int8_rows) at
+// head_dim a multiple of 32.  The planner packs those tiles where they beat
+// the row path (detail::tile_reads_kv_rows).
 template <class Engine>
 inline bool pair_path_runs(const AttentionJob& job) {
   if (pair_tile_path_fits(job)) return true;
-#if defined(__AVX512VBMI__)
-  return Engine::kReadsKvRows && job.pack_tile && job.dtype == DType::kBF16 && is_fp8(job.kv_dtype) &&
+  return Engine::kReadsKvRows && job.pack_tile && job.dtype == DType::kBF16 && widens_to_bf16_rows(job.kv_dtype) &&
          job.head_dim % 32 == 0 && job.tile_kv % 32 == 0 && job.tile_q % 16 == 0;
-#else
-  return false;
-#endif
 }
 
 // The pair path's head_dim: the given one rounded up to the engines' step of
@@ -353,9 +359,15 @@ inline __m512 exp2_probabilities(__m512 x) {
   return _mm512_maskz_scalef_ps(normal, p, n);
 }
 
-template <int kP, bool kHalfExp = false>
+// kKeyWeights: `key_weights` (an int8 cache's V scales, key c's at
+// [c * weight_stride]) multiply each key's probabilities as they are
+// packed, after the row sums took them, so P · V (of the cache's codes) is
+// the product with the dequantized V.  (A template parameter: the check in
+// the key loop cost an FP8 cache's decoding 6%.)
+template <int kP, bool kHalfExp = false, bool kKeyWeights = false>
 inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nvec, int tq, float scale,
-                             std::uint32_t* pb, int ldp, std::int64_t lo, KvLineStream* next = nullptr) {
+                             std::uint32_t* pb, int ldp, std::int64_t lo, KvLineStream* next = nullptr,
+                             const float* key_weights = nullptr, std::int64_t weight_stride = 0) {
   // Per 8 keys of a row pair, or per 2 keys of a tile's only pair
   // (decoding): a burst of prefetches beyond the core's miss buffers stalls
   // the work behind it.
@@ -375,6 +387,11 @@ inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nve
   two_block_softmax(w, cols, cols_pad, nvec, tq, scale, kHalfExp ? 0.0f : kRescaleSlack, probabilities,
                     [&](int j, bool pair, int c, __m512 pa, __m512 pbv) {
                       if (next && c % keys_per_issue == keys_per_issue - 1) next->issue(share);
+                      if (kKeyWeights && c < cols) {
+                        const __m512 weight = _mm512_set1_ps(key_weights[c * weight_stride]);
+                        pa = _mm512_mul_ps(pa, weight);
+                        pbv = _mm512_mul_ps(pbv, weight);
+                      }
                       if (c % 2 == 0) {
                         even_a = pa;
                         even_b = pbv;
@@ -612,6 +629,7 @@ class PairTileSteps {
 #if defined(__AVX512VBMI__)
     if (job.kv_dtype == DType::kFP8E4M3) fp8_table_ = Fp8Bf16Table::of<DType::kFP8E4M3>();
     if (job.kv_dtype == DType::kFP8E5M2) fp8_table_ = Fp8Bf16Table::of<DType::kFP8E5M2>();
+    if (job.kv_dtype == DType::kI8) int8_table_ = Int8Bf16Table::make();
 #endif
   }
 
@@ -620,14 +638,14 @@ class PairTileSteps {
   // no K/V tile is shared between items (kv_pack), so each is read once per
   // item anyway (decoding, packed groups, single-tile calls), head_dim is
   // whole A-tile rows (32 dims), and every row starts on a 64-byte boundary.
-  // An FP8 cache (pair_path_runs) is always read so, from the bf16 rows each
-  // tile is widened into.
+  // A quantized cache (pair_path_runs: FP8, int8) is always read so, from
+  // the bf16 rows each tile is widened into.
   static bool reads_rows([[maybe_unused]] const AttentionJob& job, [[maybe_unused]] const TileItem& it) {
     if constexpr (!Engine::kReadsKvRows || DT != DType::kBF16) {
       return false;
     } else {
       if (job.kv_pack || job.head_dim % 32 != 0) return false;
-      if (is_fp8(job.kv_dtype)) return true;
+      if (job.kv_dtype != DType::kBF16) return true;
       auto lined_up = [](const char* base, std::int64_t row_elems) {
         return reinterpret_cast<std::uintptr_t>(base) % 64 == 0 && row_elems * 2 % 64 == 0;
       };
@@ -680,6 +698,7 @@ class PairTileSteps {
     if constexpr (Engine::kReadsKvRows) {
       if (rows_) {
         Engine::scores_rows(k_rows_, k_row_bytes_, op_.qb, job_.tile_q, D(), cols16_, width(), w_.st, spans_, &next_);
+        if (k_scales_) scale_key_scores();
         laps.lap(kStageScores);
         return;
       }
@@ -707,10 +726,16 @@ class PairTileSteps {
     const int tq = job_.tile_q, tkv = job_.tile_kv, nvec = it_.nvec;
     if (job_.dropout.active) {  // dropout works on the fp32 P, which is packed afterwards
       softmax_raw_tile<DT>(job_, w_, it_, j0_, cols_);
+      if (v_scales_) weigh_keys(v_scales_, job_.kv_scale_strides[1][2]);
       pack_p_pairs<kP>(w_.st, cols_, cols_pad_, nvec, tq, op_.pb, tkv / 2, op_.p_lo);
     } else {
       const float scale = prepare_scores(job_, w_, it_, j0_, cols_);
-      softmax_to_pairs<kP, kHalfSoftmax<DT>>(w_, cols_, cols_pad_, nvec, tq, scale, op_.pb, tkv / 2, op_.p_lo, &next_);
+      if (v_scales_) {
+        softmax_to_pairs<kP, kHalfSoftmax<DT>, true>(w_, cols_, cols_pad_, nvec, tq, scale, op_.pb, tkv / 2, op_.p_lo,
+                                                     &next_, v_scales_, job_.kv_scale_strides[1][2]);
+      } else {
+        softmax_to_pairs<kP, kHalfSoftmax<DT>>(w_, cols_, cols_pad_, nvec, tq, scale, op_.pb, tkv / 2, op_.p_lo, &next_);
+      }
     }
     laps.lap(kStageSoftmax);
     const bool fresh = j0_ == it_.kv_begin;
@@ -744,7 +769,7 @@ class PairTileSteps {
   void finish() {
     if constexpr (Engine::kReadsKvRows) {
       if (rows_) {
-        if (!screen_v_ && !is_fp8(job_.kv_dtype) && !o_rows_finite()) {
+        if (!screen_v_ && job_.kv_dtype == DType::kBF16 && !o_rows_finite()) {
           rerun_ = true;
           return;
         }
@@ -798,6 +823,7 @@ class PairTileSteps {
     v_src_bytes_ = v_row_bytes_;
 #if defined(__AVX512VBMI__)
     if (is_fp8(job_.kv_dtype)) return widen_fp8_rows();
+    if (job_.kv_dtype == DType::kI8) return widen_int8_rows(row);
 #endif
     v_nonfinite_ = screen_v_ && bf16_rows_nonfinite(v_rows_, v_row_bytes_);
     if (cols16_ == cols_ && !v_nonfinite_) return;
@@ -924,6 +950,73 @@ class PairTileSteps {
   Fp8Bf16Table fp8_table_{};  // an FP8 cache's (widen_fp8_rows)
 #endif
 
+#if defined(__AVX512VBMI__)
+  // An int8 cache's tile as bf16 rows in the K buffer, laid out as
+  // widen_fp8_rows lays an FP8 one: each code exactly (every integer of
+  // int8's range is a bf16; Int8Bf16Table).  Its per-key scales (at the
+  // cache row `row`) go to the scores (scale_key_scores) and to the
+  // probabilities (softmax_to_pairs' key weights), so both products take
+  // the dequantized values; the codes are never non-finite.
+  void widen_int8_rows(std::int64_t row) {
+    const int dims = this->dims();  // a multiple of 32 (reads_rows)
+    const std::int64_t bytes = std::int64_t(dims) * 2;
+    char* k_copy = reinterpret_cast<char*>(w_.kbuf);
+    char* v_copy = k_copy + cols16_ * bytes;
+    const Int8Bf16Table table = int8_table_;  // in registers: the stores below may alias the member
+    for (auto [src, stride, dst] : {std::tuple{k_rows_, k_row_bytes_, k_copy}, {v_rows_, v_row_bytes_, v_copy}}) {
+      for (int c = 0; c < cols_; ++c) {
+        const char* codes = src + c * stride;
+        auto* out = reinterpret_cast<std::uint16_t*>(dst + c * bytes);
+        for (int d0 = 0; d0 < dims; d0 += 64) {
+          const bool whole = dims - d0 >= 64;
+          const __m512i x = whole ? _mm512_loadu_si512(codes + d0) : _mm512_maskz_loadu_epi8(0xffffffffu, codes + d0);
+          __m512i first, second;
+          table.widen_in_order(x, first, second);
+          _mm512_storeu_si512(out + d0, first);
+          if (whole) _mm512_storeu_si512(out + d0 + 32, second);
+        }
+      }
+      std::memset(dst + cols_ * bytes, 0, (cols16_ - cols_) * bytes);
+    }
+    k_rows_ = k_copy;
+    v_rows_ = v_copy;
+    k_row_bytes_ = v_row_bytes_ = bytes;
+    k_scales_ = it_.kv_scales.k ? it_.kv_scales.k + row * job_.kv_scale_strides[0][2] : nullptr;
+    v_scales_ = it_.kv_scales.v ? it_.kv_scales.v + row * job_.kv_scale_strides[1][2] : nullptr;
+    // The next tile's scales, a line or two a tile that the streams of the
+    // K/V lines leave out: waited for from DRAM, they cost GQA decoding 15%.
+    if (k_scales_ && j0_ + job_.tile_kv < it_.kv_end) {
+      const std::int64_t next = kv_row(job_, it_.b, j0_ + job_.tile_kv);
+      for (int t = 0; t < 2; ++t) {
+        const std::int64_t stride = job_.kv_scale_strides[t][2];
+        const float* scales = (t == 0 ? it_.kv_scales.k : it_.kv_scales.v) + next * stride;
+        const int step = stride >= 16 ? 1 : static_cast<int>(16 / stride);  // keys a 64-byte line
+        for (int c = 0; c < job_.tile_kv; c += step) _mm_prefetch(reinterpret_cast<const char*>(scales + c * stride), _MM_HINT_T0);
+      }
+    }
+  }
+  Int8Bf16Table int8_table_{};  // an int8 cache's (widen_int8_rows)
+#endif
+  // Sᵀ's key rows (of the tile's keys) times K's scales.
+  void scale_key_scores() {
+    const std::int64_t stride = job_.kv_scale_strides[0][2];
+    const int tq = job_.tile_q, width = this->width();
+    for (int c = 0; c < cols_; ++c) {
+      const __m512 scale = _mm512_set1_ps(k_scales_[c * stride]);
+      float* scores = w_.st + std::int64_t(c) * tq;
+      for (int r = 0; r < width; r += 16) _mm512_storeu_ps(scores + r, _mm512_mul_ps(_mm512_loadu_ps(scores + r), scale));
+    }
+  }
+  // P's key rows in Sᵀ (after the softmax) times `weights` (V's scales).
+  void weigh_keys(const float* weights, std::int64_t stride) {
+    const int tq = job_.tile_q;
+    for (int c = 0; c < cols_; ++c) {
+      const __m512 weight = _mm512_set1_ps(weights[c * stride]);
+      float* p = w_.st + std::int64_t(c) * tq;
+      for (int r = 0; r < it_.nvec * 16; r += 16) _mm512_storeu_ps(p + r, _mm512_mul_ps(_mm512_loadu_ps(p + r), weight));
+    }
+  }
+
   const AttentionJob& job_;
   const Workspace& w_;
   const TileItem& it_;
@@ -948,6 +1041,9 @@ class PairTileSteps {
   const char* v_src_ = nullptr;
   std::int64_t v_src_bytes_ = 0;
   bool v_nonfinite_ = false;
+  // An int8 cache's K and V scales at the tile's first key (widen_int8_rows).
+  const float* k_scales_ = nullptr;
+  const float* v_scales_ = nullptr;
   const bool screen_v_;
   bool rerun_ = false;
 };

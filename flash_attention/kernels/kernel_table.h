@@ -43,11 +43,11 @@ inline constexpr int kMaxTileKvHeads = 16;
 // Whether the tile path reads bf16 K and V as rows where they lie (the AMX
 // engine, head_dim a multiple of 32; amx_tile_path.h): a packed GQA group's
 // tile then streams K/V with no packing, at the tile unit's speed.  So does
-// an FP8 cache with bf16 Q, each tile widened into bf16 rows
-// (bf16_pair_path.h, pair_path_runs).
+// a quantized cache (FP8, int8) with bf16 Q, each tile widened into bf16
+// rows (bf16_pair_path.h, pair_path_runs).
 static constexpr bool tile_reads_kv_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
-  return isa == Isa::kAmx && dtype == DType::kBF16 && (kv_dtype == DType::kBF16 || is_fp8(kv_dtype)) &&
-         head_dim % 32 == 0;
+  return isa == Isa::kAmx && dtype == DType::kBF16 &&
+         (kv_dtype == DType::kBF16 || is_fp8(kv_dtype) || kv_dtype == DType::kI8) && head_dim % 32 == 0;
 }
 static constexpr int row_path_max_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim, std::int64_t group) {
   if (row_path_has_pair_products(isa, dtype, kv_dtype, head_dim)) return kRowPathPairRows;

@@ -93,9 +93,26 @@ inline void widen_array(DType dtype, bool row_path, const void* in, float* out, 
 }
 
 // The row path's FP8 widening through byte tables (Fp8Pairs::load_k for K,
-// widen_fp8_key_pair for V), put back in order; see KernelTable.
+// widen_fp8_key_pair for V), put back in order; and an int8 cache's codes
+// as the tile unit's rows widen them (Int8Bf16Table, in order already; not
+// as V's pairs); see KernelTable.
 inline bool widen_pairs_array([[maybe_unused]] DType dtype, [[maybe_unused]] bool value_pairs,
                               [[maybe_unused]] const void* in, [[maybe_unused]] float* out, [[maybe_unused]] int n) {
+#if defined(__AVX512VBMI__)
+  if (dtype == DType::kI8) {
+    if (value_pairs || n % 128 != 0) return false;
+    const Int8Bf16Table table = Int8Bf16Table::make();
+    for (int i = 0; i < n; i += 64) {
+      __m512i first, second;
+      table.widen_in_order(_mm512_loadu_si512(static_cast<const std::uint8_t*>(in) + i), first, second);
+      alignas(64) std::uint16_t words[64];
+      _mm512_store_si512(words, first);
+      _mm512_store_si512(words + 32, second);
+      for (int j = 0; j < 64; ++j) out[i + j] = detail::bf16_to_f32(words[j]);
+    }
+    return true;
+  }
+#endif
 #if defined(FA_HAVE_ROW_FP8)
   if (!is_fp8(dtype) || n % 128 != 0) return false;
   const Fp8Bf16Table table =

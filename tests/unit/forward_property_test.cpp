@@ -272,7 +272,9 @@ INSTANTIATE_TEST_SUITE_P(PairPaths, SharedKvPacking,
 // fp32 P), head_dims 32 and 256, and 8, 20 and 32 rows a K/V head.  An
 // FP8 cache with bf16 Q goes the same way in BNSD, each tile widened into
 // bf16 rows (the last 32 dims of head_dims 32 and 96 read alone), with its
-// per-head descale factors in the score scale and the output.  Where the
+// per-head descale factors in the score scale and the output; so does an
+// int8 cache from 8 rows a K/V head, its per-key scales on the scores and
+// on P.  Where the
 // K/V heads lie side by side (BSH) one item walks every K/V head of its
 // batch entry together, a tile each.
 struct KvRowsCase {
@@ -305,6 +307,15 @@ const KvRowsCase kKvRowsCases[] = {
      0.0f},
     {"fp8_e4m3_bsh_heads_together_causal", Layout::kBSH, 1, 3, 333, 16, 4, 128, 0, 0, {}, true, false, true, false, 0.0f,
      DType::kFP8E4M3},
+    {"int8_decode_group8_cache_lengths", Layout::kBNSD, 3, 1, 700, 16, 2, 128, 0, 0, {700, 5, 333}, false, true, false,
+     false, 0.0f, DType::kI8},
+    {"int8_spec_group4_causal_softcap", Layout::kBNSD, 1, 2, 333, 8, 2, 128, 3, 0, {}, true, false, false, false, 30.0f,
+     DType::kI8},
+    {"int8_rows20_paged_alibi", Layout::kBNSD, 2, 5, 517, 8, 2, 96, 0, 64, {}, true, true, true, false, 0.0f, DType::kI8},
+    {"int8_rows32_head_dim_32_dropout", Layout::kBNSD, 1, 4, 300, 16, 2, 32, 2, 0, {}, false, false, false, true, 0.0f,
+     DType::kI8},
+    {"int8_bsh_heads_together_paged_lengths", Layout::kBSH, 2, 1, 700, 64, 8, 64, 0, 64, {700, 45}, false, true, false,
+     false, 0.0f, DType::kI8},
 };
 
 class KvRows : public ::testing::TestWithParam<int> {};
@@ -632,7 +643,9 @@ INSTANTIATE_TEST_SUITE_P(Fp8, NonFiniteInputs,
 // the fp32 products, the other heads packed with it still right), reaches
 // exactly the output elements the reference on the dequantized cache says,
 // on the row path (decoding, where e4m3 tiles holding the NaN code are
-// widened exactly) and on the tile loops; every other element matches.
+// widened exactly), on a packed GQA tile of 8 rows (4 queries of 2 heads:
+// the amx engine's rows widened from an int8 or FP8 cache) and on the tile
+// loops; every other element matches.
 class QuantizedCacheNan : public ::testing::TestWithParam<std::tuple<fa::Isa, DType, char, int>> {};
 
 TEST_P(QuantizedCacheNan, ReachesWhatTheReferenceSays) {
@@ -692,11 +705,12 @@ TEST_P(QuantizedCacheNan, ReachesWhatTheReferenceSays) {
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, QuantizedCacheNan,
                          ::testing::Combine(kPaths, ::testing::Values(DType::kI8, DType::kFP8E4M3, DType::kFP8E5M2),
-                                            ::testing::Values('Q', 'K', 'V'), ::testing::Values(1, 64)),
+                                            ::testing::Values('Q', 'K', 'V'), ::testing::Values(1, 4, 64)),
                          [](const auto& info) {
+                           const int seq_q = std::get<3>(info.param);
                            return std::string(fa::isa_name(std::get<0>(info.param))) + "_" +
                                   std::string(fa::dtype_name(std::get<1>(info.param))) + "_" + std::get<2>(info.param) +
-                                  (std::get<3>(info.param) == 1 ? "_decode" : "_tiles");
+                                  (seq_q == 1 ? "_decode" : seq_q == 4 ? "_packed_rows" : "_tiles");
                          });
 
 // A NaN and an Inf in V on the amx engine's rows (bf16 cache, K/V heads

@@ -155,6 +155,33 @@ TEST_P(Fp8PairWidening, EveryCodeAsTheScalarDecoding) {
   }
 }
 
+// An int8 cache's widening to bf16 rows for the tile unit (the amx path;
+// byte tables where AVX512_VBMI is): every code exactly, -128 (the one
+// magnitude past the 7-bit lookup) and 0 (the zero-masked high byte)
+// included, in its place.
+class Int8RowWidening : public ::testing::TestWithParam<fa::Isa> {};
+
+TEST_P(Int8RowWidening, EveryCodeExactly) {
+  std::vector<std::uint8_t> codes(512);
+  for (int i = 0; i < 512; ++i) codes[i] = static_cast<std::uint8_t>(i < 256 ? i : (i * 37 + 11) % 256);
+  std::vector<float> out(512);
+  if (!fa::testing::vector_widen_pairs(GetParam(), fa::DType::kI8, codes.data(), out.data(), 512, false)) {
+    GTEST_SKIP() << "no int8 byte tables on this path";
+  }
+  for (int i = 0; i < 512; ++i) {
+    const float want = static_cast<float>(static_cast<std::int8_t>(codes[i]));
+    EXPECT_EQ(out[i], want) << "code " << int(codes[i]) << " at " << i;
+    EXPECT_FALSE(std::signbit(out[i]) && want == 0.0f) << "zero widened to -0 at " << i;
+  }
+  EXPECT_FALSE(fa::testing::vector_widen_pairs(GetParam(), fa::DType::kI8, codes.data(), out.data(), 512, true))
+      << "int8 has no V-pair widening";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, Int8RowWidening,
+                         ::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512, fa::Isa::kAvx512Bf16,
+                                           fa::Isa::kAmx),
+                         [](const auto& info) { return std::string(fa::isa_name(info.param)); });
+
 INSTANTIATE_TEST_SUITE_P(AllPaths, Fp8PairWidening,
                          ::testing::Combine(::testing::Values(fa::Isa::kGeneric, fa::Isa::kAvx2, fa::Isa::kAvx512,
                                                               fa::Isa::kAvx512Bf16, fa::Isa::kAmx),

@@ -19,7 +19,8 @@ FA_API bool vector_widen(Isa isa, DType dtype, const void* in, float* out, int n
 // path through its byte tables, as it widens K (64 codes a step) or, with
 // `value_pairs`, V (codes [0, 64) and [64, 128) of each 128 as two keys'
 // rows, widened as key pairs); n a multiple of 128.  False when the path
-// is not available or widens no FP8 that way.
+// is not available or widens no FP8 that way.  With `dtype` int8 (not
+// `value_pairs`): the codes as the tile unit widens an int8 cache's rows.
 FA_API bool vector_widen_pairs(Isa isa, DType dtype, const void* in, float* out, int n, bool value_pairs);
 
 // The FA2 tile loop's stages timed one by one on one kernel path (the
