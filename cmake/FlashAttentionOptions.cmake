@@ -88,9 +88,11 @@ set(FA_ISA_FLAGS_avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx2 -mfma 
 # widened to bf16 by VPERMI2B byte tables; all such CPUs but Cooper Lake).
 set(FA_ISA_FLAGS_avx512bf16 ${FA_ISA_FLAGS_avx512} -mavx512vnni -mavx512vbmi -mavx512bf16)
 # The AMX path: the AVX-512 loop plus AVX512_BF16 (fp32 -> bf16 pairs) and
-# AVX512_VNNI and AVX512_VBMI as above, the tile unit, and AVX512-FP16 (the fp16 softmax of FA_MIXED_PRECISION_SOFTMAX=OFF);
+# AVX512_VNNI and AVX512_VBMI as above, the tile unit (AMX-INT8 for an int8
+# cache's Q·Kᵀ), and AVX512-FP16 (the fp16 softmax of FA_MIXED_PRECISION_SOFTMAX=OFF);
 # every CPU with AMX has both.
-set(FA_ISA_FLAGS_amx ${FA_ISA_FLAGS_avx512} -mavx512vnni -mavx512vbmi -mavx512bf16 -mavx512fp16 -mamx-tile -mamx-bf16)
+set(FA_ISA_FLAGS_amx ${FA_ISA_FLAGS_avx512} -mavx512vnni -mavx512vbmi -mavx512bf16 -mavx512fp16 -mamx-tile -mamx-bf16
+    -mamx-int8)
 # FA_AMX_EMULATION=ON: the same path on any CPU with AVX512_BF16, its tile
 # instructions modelled in C++ (kernels/amx_tile_emulation.h), so the amx
 # engine's code is tested where no AMX machine is at hand.

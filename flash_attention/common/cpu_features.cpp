@@ -47,6 +47,7 @@ CpuFeatures detect() {
     f.avx512_fp16 = d & (1u << 23);
     f.amx_bf16 = d & (1u << 22);
     f.amx_tile = d & (1u << 24);
+    f.amx_int8 = d & (1u << 25);
     __cpuid_count(7, 1, a, b, c, d);
     f.avx512_bf16 = a & (1u << 5);
   }
@@ -81,6 +82,7 @@ std::string cpu_feature_list() {
   add(f.avx512_fp16 && f.os_avx512, "avx512-fp16");
   add(f.amx_tile && f.os_amx, "amx-tile");
   add(f.amx_bf16 && f.os_amx, "amx-bf16");
+  add(f.amx_int8 && f.os_amx, "amx-int8");
   return out.empty() ? "baseline x86-64 only" : out;
 }
 

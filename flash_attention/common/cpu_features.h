@@ -12,7 +12,7 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_vnni = false, avx512_vbmi = false, avx512_bf16 = false, avx512_fp16 = false;
-  bool amx_tile = false, amx_bf16 = false;
+  bool amx_tile = false, amx_bf16 = false, amx_int8 = false;
   // Operating-system state saving (XCR0): vector registers usable at all.
   bool os_avx = false, os_avx512 = false, os_amx = false;
   bool amd = false;  // vendor "AuthenticAMD"
@@ -34,8 +34,10 @@ struct CpuFeatures {
   // so there the avx512 path is faster and avx512bf16 is only taken when
   // asked for (--isa, FA_ISA).
   bool bf16_dot_outpaces_fma() const { return has_avx512bf16_path() && amd; }
+  // AMX-INT8 too (an int8 cache's Q·Kᵀ): every CPU with AMX-BF16 has it
+  // (Sapphire Rapids and later).
   bool has_amx_path() const {
-    return has_avx512bf16_path() && avx512_fp16 && os_amx && amx_tile && amx_bf16;
+    return has_avx512bf16_path() && avx512_fp16 && os_amx && amx_tile && amx_bf16 && amx_int8;
   }
   // Whether the CPU and OS run the instructions of `isa`'s path (AMX's
   // tile permission aside: see request_amx_permission).

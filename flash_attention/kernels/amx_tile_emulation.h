@@ -1,4 +1,4 @@
-// The eight AMX tile registers and the four tile instructions the amx engine
+// The eight AMX tile registers and the tile instructions the amx engine
 // uses, in plain C++: a build with FA_AMX_EMULATION=ON runs the amx path's
 // engine (its blocking, strides, pieces and key spans) on a CPU without AMX,
 // so the tests check that code where no AMX machine is at hand.  Slow (a
@@ -75,6 +75,28 @@ inline void emulated_tile_dot() {
   }
 }
 
+// C (16 x 16 int32) += A (16 rows x 64 int8) · B (16 rows of 16 quads):
+// TDPBSSD (both signed) and TDPBSUD (B unsigned), wrapping as the
+// instruction's int32 sums do (the callers' sums never reach 2^31).
+template <int C, int A, int B, bool kUnsignedB>
+inline void emulated_tile_dot_int8() {
+  EmulatedTiles& t = emulated_tiles();
+  for (int m = 0; m < 16; ++m) {
+    std::int32_t acc[16];
+    std::memcpy(acc, t.row[C][m], sizeof acc);
+    for (int kk = 0; kk < 16; ++kk) {
+      for (int n = 0; n < 16; ++n) {
+        for (int i = 0; i < 4; ++i) {
+          const int a = static_cast<std::int8_t>(t.row[A][m][4 * kk + i]);
+          const int b = kUnsignedB ? int(t.row[B][kk][4 * n + i]) : int(static_cast<std::int8_t>(t.row[B][kk][4 * n + i]));
+          acc[n] += a * b;
+        }
+      }
+    }
+    std::memcpy(t.row[C][m], acc, sizeof acc);
+  }
+}
+
 inline void tile_config() {}   // every tile is 16 x 64 bytes already
 inline void tile_release() {}
 
@@ -84,3 +106,5 @@ inline void tile_release() {}
 #define FA_TILE_LOAD(t, base, stride) emulated_tile_load<t>(base, stride)
 #define FA_TILE_STORE(t, base, stride) emulated_tile_store<t>(base, stride)
 #define FA_TILE_DOT(c, a, b) emulated_tile_dot<c, a, b>()
+#define FA_TILE_DOT_SS(c, a, b) emulated_tile_dot_int8<c, a, b, false>()
+#define FA_TILE_DOT_SU(c, a, b) emulated_tile_dot_int8<c, a, b, true>()

@@ -11,7 +11,8 @@
 // Tile registers: C 0-3 (fp32 16 x 16 accumulators), A 4-5, B 6-7, every one
 // 16 rows x 64 bytes, so one configuration serves both products.  The
 // engine below reaches them only through FA_TILE_ZERO / FA_TILE_LOAD /
-// FA_TILE_STORE / FA_TILE_DOT and tile_config / tile_release: the
+// FA_TILE_STORE / FA_TILE_DOT (and FA_TILE_DOT_SS / _SU, the int8 products
+// of an int8 cache's Q·Kᵀ) and tile_config / tile_release: the
 // instructions here, or their plain C++ model in a build with
 // FA_AMX_EMULATION=ON.  Macros, because GCC's intrinsics paste the tile
 // number into the instruction's text: it must be a literal.
@@ -22,6 +23,8 @@
 #define FA_TILE_LOAD(t, base, stride) _tile_loadd(t, base, stride)
 #define FA_TILE_STORE(t, base, stride) _tile_stored(t, base, stride)
 #define FA_TILE_DOT(c, a, b) _tile_dpbf16ps(c, a, b)
+#define FA_TILE_DOT_SS(c, a, b) _tile_dpbssd(c, a, b)
+#define FA_TILE_DOT_SU(c, a, b) _tile_dpbsud(c, a, b)
 
 namespace fa::FA_KERNEL_NS {
 
@@ -301,6 +304,35 @@ inline void amx_scores_rows(const char* k, std::int64_t k_row_bytes, const std::
   }
 }
 
+// Sᵀ of an int8 cache's K codes read where they lie, for one block of at most
+// 16 query rows, in the tile unit's int8 products: Q's rows as int16 in two
+// byte pieces (pack_q_int16_pieces: the high one signed, the low one
+// unsigned), so s_hi[c][r] = sum_d K[c][d] Qhi[r][d] and s_lo[c][r] = sum_d
+// K[c][d] Qlo[r][d] (int32, TDPBSSD and TDPBSUD) and the score is their
+// 256 s_hi + s_lo times Q's row scale and K's key scale (the caller's).
+// K's rows k_row_bytes apart, D (a multiple of 64) dims each, cols keys (a
+// multiple of 16) all readable; q_hi and q_lo B tiles of 64 dims, 1 KiB
+// apart; s_hi and s_lo rows s_stride int32 apart.  No widening of K.
+inline void amx_scores_rows_i8(const char* k, std::int64_t k_row_bytes, const std::uint8_t* q_hi,
+                               const std::uint8_t* q_lo, int D, int cols, std::int32_t* s_hi, std::int32_t* s_lo,
+                               std::int64_t s_stride, KvLineStream* next) {
+  const int share = next ? next->third_per_step((cols / 16) * (D / 64)) : 0;
+  for (int c0 = 0; c0 < cols; c0 += 16) {
+    FA_TILE_ZERO(0);
+    FA_TILE_ZERO(1);
+    for (int d0 = 0; d0 < D; d0 += 64) {
+      FA_TILE_LOAD(4, k + c0 * k_row_bytes + d0, k_row_bytes);
+      FA_TILE_LOAD(6, q_hi + d0 * 16, 64);
+      FA_TILE_LOAD(7, q_lo + d0 * 16, 64);
+      FA_TILE_DOT_SS(0, 4, 6);
+      FA_TILE_DOT_SU(1, 4, 7);
+      if (next) next->issue(share);
+    }
+    FA_TILE_STORE(0, s_hi + c0 * s_stride, s_stride * 4);
+    FA_TILE_STORE(1, s_lo + c0 * s_stride, s_stride * 4);
+  }
+}
+
 // One row block's probabilities for keys [0, keys) (a multiple of 16), from
 // P's B-tile pairs (pack_p_pairs' order, the block's first pair at pb), as
 // the A tiles of the products with V's rows, one per 16 keys, 256 32-bit
@@ -533,6 +565,12 @@ struct AmxProducts {
                               std::uint32_t* spread, int chunk, const RowTiles& o, int cols, int width, bool fresh,
                               KvLineStream* next) {
     amx_accumulate_rows(v, v_row_bytes, pb, ldp, spread, chunk, o, cols, width, fresh, next);
+  }
+  // An int8 cache's K codes read where they lie (above).
+  static void scores_rows_i8(const char* k, std::int64_t k_row_bytes, const std::uint8_t* q_hi, const std::uint8_t* q_lo,
+                             int D, int cols, std::int32_t* s_hi, std::int32_t* s_lo, std::int64_t s_stride,
+                             KvLineStream* next) {
+    amx_scores_rows_i8(k, k_row_bytes, q_hi, q_lo, D, cols, s_hi, s_lo, s_stride, next);
   }
   static void rescale_rows(const Workspace& w, const RowTiles& o, int width) { fa::FA_KERNEL_NS::rescale_rows(w, o, width); }
   template <DType DT>

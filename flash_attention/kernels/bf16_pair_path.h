@@ -660,6 +660,13 @@ class PairTileSteps {
     pack_q_pairs<DT>(reinterpret_cast<const Elem<DT>*>(it_.qbase), job_.q_strides[2], job_.q_strides[1], it_.head_rows,
                      it_.rows, it_.nvec * 16, dims(), D(), op_.qb, op_.q_lo);
     init_tile_state(job_, w_, it_, /*zero_output=*/it_.kv_begin >= it_.kv_end);
+#if defined(__AVX512VBMI__)
+    if constexpr (Engine::kReadsKvRows && DT == DType::kBF16) {
+      if (rows_ && job_.kv_dtype == DType::kI8 && width() <= 16 && job_.head_dim % 64 == 0) {
+        k_codes_products_ = pack_q_int16_pieces();
+      }
+    }
+#endif
   }
   bool attends(std::int64_t j0) const { return j0 >= it_.kv_begin && j0 < it_.kv_end; }
 
@@ -697,6 +704,13 @@ class PairTileSteps {
   void scores(StageLaps& laps) {
     if constexpr (Engine::kReadsKvRows) {
       if (rows_) {
+#if defined(__AVX512VBMI__)
+        if (k_codes_in_place_) {
+          int8_code_scores();
+          laps.lap(kStageScores);
+          return;
+        }
+#endif
         Engine::scores_rows(k_rows_, k_row_bytes_, op_.qb, job_.tile_q, D(), cols16_, width(), w_.st, spans_, &next_);
         if (k_scales_) scale_key_scores();
         laps.lap(kStageScores);
@@ -963,7 +977,12 @@ class PairTileSteps {
     char* k_copy = reinterpret_cast<char*>(w_.kbuf);
     char* v_copy = k_copy + cols16_ * bytes;
     const Int8Bf16Table table = int8_table_;  // in registers: the stores below may alias the member
+    // K's codes read where they lie by the int8 products (k_codes_products_)
+    // where the tile's keys fill whole blocks of 16 (a sequence's last tile
+    // is widened with zero rows after it, as a bf16 one is copied).
+    k_codes_in_place_ = k_codes_products_ && cols16_ == cols_;
     for (auto [src, stride, dst] : {std::tuple{k_rows_, k_row_bytes_, k_copy}, {v_rows_, v_row_bytes_, v_copy}}) {
+      if (dst == k_copy && k_codes_in_place_) continue;
       for (int c = 0; c < cols_; ++c) {
         const char* codes = src + c * stride;
         auto* out = reinterpret_cast<std::uint16_t*>(dst + c * bytes);
@@ -978,9 +997,12 @@ class PairTileSteps {
       }
       std::memset(dst + cols_ * bytes, 0, (cols16_ - cols_) * bytes);
     }
-    k_rows_ = k_copy;
+    if (!k_codes_in_place_) {
+      k_rows_ = k_copy;
+      k_row_bytes_ = bytes;
+    }
     v_rows_ = v_copy;
-    k_row_bytes_ = v_row_bytes_ = bytes;
+    v_row_bytes_ = bytes;
     k_scales_ = it_.kv_scales.k ? it_.kv_scales.k + row * job_.kv_scale_strides[0][2] : nullptr;
     v_scales_ = it_.kv_scales.v ? it_.kv_scales.v + row * job_.kv_scale_strides[1][2] : nullptr;
     // The next tile's scales, a line or two a tile that the streams of the
@@ -996,6 +1018,67 @@ class PairTileSteps {
     }
   }
   Int8Bf16Table int8_table_{};  // an int8 cache's (widen_int8_rows)
+
+  // An int8 cache's Q·Kᵀ on the tile unit's int8 products, K's codes where
+  // they lie (Engine::scores_rows_i8): the widening of K, half the tile's
+  // shuffles, is gone.  Q's rows (at most 16) as int16 over their largest
+  // magnitude, in two byte pieces as the products' B tiles (64 dims a tile,
+  // 16 rows of 4-dim quads): q = 256 hi + lo, hi signed, lo unsigned.  The
+  // int16 rounding is at most 2^-16 of a row's largest value, as the row
+  // path's VPDPWSSD products take Q.  The pieces go after the bf16 pairs in
+  // Q's buffer (half of it; 32 bytes a dim for 16 rows).  False (the bf16
+  // rows then) for a row with a non-finite value, which integers cannot
+  // carry.
+  bool pack_q_int16_pieces() {
+    auto* hi = reinterpret_cast<std::uint8_t*>(op_.qb + op_.q_lo);
+    std::uint8_t* lo = hi + std::int64_t(job_.head_dim) * 16;
+    std::memset(hi, 0, std::size_t(job_.head_dim) * 32);
+    for (int r = 0; r < 16; ++r) q_row_scale_[r] = 0.0f;
+    for (int r = 0; r < it_.rows; ++r) {
+      const std::int64_t at = q_row_offset(job_, it_, r);
+      float top = 0.0f;
+      for (std::int64_t d = 0; d < job_.head_dim; ++d) {
+        const float q = load_scalar<DT>(it_.qbase, at + d);
+        if (!std::isfinite(q)) return false;
+        top = std::max(top, std::fabs(q));
+      }
+      if (top == 0.0f) continue;
+      const float to_int = 32767.0f / top;
+      q_row_scale_[r] = top / 32767.0f;
+      for (std::int64_t d = 0; d < job_.head_dim; ++d) {
+        const int q16 = static_cast<int>(std::nearbyint(load_scalar<DT>(it_.qbase, at + d) * to_int));
+        // B tile (d / 64), row (d % 64) / 4, column r, byte d % 4.
+        const std::int64_t pos = (d / 64) * 1024 + ((d % 64) / 4) * 64 + r * 4 + d % 4;
+        hi[pos] = static_cast<std::uint8_t>(static_cast<std::int8_t>(q16 >> 8));
+        lo[pos] = static_cast<std::uint8_t>(q16 & 0xff);
+      }
+    }
+    return true;
+  }
+  // Sᵀ[c][r] = (256 s_hi + s_lo) x Q's row scale x K's key scale, from the
+  // products' int32 sums, 16 a key, in the K buffer's part K's widened rows
+  // would take (64 bytes a key each, within its 2 x head_dim).
+  void int8_code_scores() {
+    const auto* hi = reinterpret_cast<const std::uint8_t*>(op_.qb + op_.q_lo);
+    const std::uint8_t* lo = hi + std::int64_t(job_.head_dim) * 16;
+    const int tq = job_.tile_q;
+    auto* s_hi = reinterpret_cast<std::int32_t*>(w_.kbuf);
+    std::int32_t* s_lo = s_hi + std::int64_t(cols16_) * 16;
+    Engine::scores_rows_i8(k_rows_, k_row_bytes_, hi, lo, static_cast<int>(job_.head_dim), cols16_, s_hi, s_lo, 16,
+                           &next_);
+    const __m512 row_scale = _mm512_loadu_ps(q_row_scale_);
+    const std::int64_t kss = job_.kv_scale_strides[0][2];
+    for (int c = 0; c < cols_; ++c) {
+      const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_loadu_si512(s_hi + c * 16), 8),
+                                           _mm512_loadu_si512(s_lo + c * 16));
+      __m512 scale = row_scale;
+      if (k_scales_) scale = _mm512_mul_ps(scale, _mm512_set1_ps(k_scales_[c * kss]));
+      _mm512_storeu_ps(w_.st + std::int64_t(c) * tq, _mm512_mul_ps(_mm512_cvtepi32_ps(sum), scale));
+    }
+  }
+  float q_row_scale_[16] = {};
+  bool k_codes_products_ = false;  // the item's Q packed as int16 pieces (start)
+  bool k_codes_in_place_ = false;  // this tile's K read as codes (widen_int8_rows)
 #endif
   // Sᵀ's key rows (of the tile's keys) times K's scales.
   void scale_key_scores() {
