@@ -929,24 +929,38 @@ class PairTileSteps {
   // vector instructions per 64 values (widen_in_order), on lines the
   // previous tile streamed into L2.
   void widen_fp8_rows() {
-    const int dims = this->dims();  // a multiple of 32 (reads_rows)
-    const std::int64_t bytes = std::int64_t(dims) * 2;
-    char* k_copy = reinterpret_cast<char*>(w_.kbuf);
-    char* v_copy = k_copy + cols16_ * bytes;
-    const Fp8Bf16Table table = fp8_table_;  // in registers: the stores below may alias the member
+    const Fp8Bf16Table table = fp8_table_;  // in registers: the stores may alias the member
     // V's non-finite codes (add_nonfinite_v): e4m3's NaN S.1111.111, e5m2's
     // S.11111.xx, by the running maximum of the code's bits below the sign
     // that they fill.
     const __m512i special = _mm512_set1_epi8(static_cast<char>(job_.kv_dtype == DType::kFP8E4M3 ? 0x7f : 0x7c));
     __m512i top = _mm512_setzero_si512();
+    std::uint16_t* v_copy = widen_rows(table, /*skip_k=*/false, [&](__m512i codes) {
+      top = _mm512_max_epu8(top, _mm512_and_si512(codes, special));
+    });
+    v_nonfinite_ = _mm512_cmpeq_epi8_mask(top, special) != 0;
+    if (v_nonfinite_) zero_nonfinite_v(v_copy);
+  }
+  // The tile's K rows (but with `skip_k`) and V rows widened by `table`
+  // (widen_in_order: 64 codes to their bf16s, in order) into the K buffer,
+  // K's then V's, each followed by zero rows up to the block of 16;
+  // `on_v(codes)` sees V's codes as they are read.  k_rows_ (widened) and
+  // v_rows_ then point there; returns V's.
+  template <class Table, class OnV>
+  std::uint16_t* widen_rows(const Table& table, bool skip_k, OnV&& on_v) {
+    const int dims = this->dims();  // a multiple of 32 (reads_rows)
+    const std::int64_t bytes = std::int64_t(dims) * 2;
+    char* k_copy = reinterpret_cast<char*>(w_.kbuf);
+    char* v_copy = k_copy + cols16_ * bytes;
     for (auto [src, stride, dst] : {std::tuple{k_rows_, k_row_bytes_, k_copy}, {v_rows_, v_row_bytes_, v_copy}}) {
+      if (dst == k_copy && skip_k) continue;
       for (int c = 0; c < cols_; ++c) {
         const char* row = src + c * stride;
         auto* out = reinterpret_cast<std::uint16_t*>(dst + c * bytes);
         for (int d0 = 0; d0 < dims; d0 += 64) {
           const bool whole = dims - d0 >= 64;
           const __m512i codes = whole ? _mm512_loadu_si512(row + d0) : _mm512_maskz_loadu_epi8(0xffffffffu, row + d0);
-          if (dst == v_copy) top = _mm512_max_epu8(top, _mm512_and_si512(codes, special));
+          if (dst == v_copy) on_v(codes);
           __m512i first, second;
           table.widen_in_order(codes, first, second);
           _mm512_storeu_si512(out + d0, first);
@@ -955,11 +969,13 @@ class PairTileSteps {
       }
       std::memset(dst + cols_ * bytes, 0, (cols16_ - cols_) * bytes);
     }
-    k_rows_ = k_copy;
+    if (!skip_k) {
+      k_rows_ = k_copy;
+      k_row_bytes_ = bytes;
+    }
     v_rows_ = v_copy;
-    k_row_bytes_ = v_row_bytes_ = bytes;
-    v_nonfinite_ = _mm512_cmpeq_epi8_mask(top, special) != 0;
-    if (v_nonfinite_) zero_nonfinite_v(reinterpret_cast<std::uint16_t*>(v_copy));
+    v_row_bytes_ = bytes;
+    return reinterpret_cast<std::uint16_t*>(v_copy);
   }
   Fp8Bf16Table fp8_table_{};  // an FP8 cache's (widen_fp8_rows)
 #endif
@@ -972,37 +988,12 @@ class PairTileSteps {
   // probabilities (softmax_to_pairs' key weights), so both products take
   // the dequantized values; the codes are never non-finite.
   void widen_int8_rows(std::int64_t row) {
-    const int dims = this->dims();  // a multiple of 32 (reads_rows)
-    const std::int64_t bytes = std::int64_t(dims) * 2;
-    char* k_copy = reinterpret_cast<char*>(w_.kbuf);
-    char* v_copy = k_copy + cols16_ * bytes;
-    const Int8Bf16Table table = int8_table_;  // in registers: the stores below may alias the member
+    const Int8Bf16Table table = int8_table_;  // in registers: the stores may alias the member
     // K's codes read where they lie by the int8 products (k_codes_products_)
     // where the tile's keys fill whole blocks of 16 (a sequence's last tile
     // is widened with zero rows after it, as a bf16 one is copied).
     k_codes_in_place_ = k_codes_products_ && cols16_ == cols_;
-    for (auto [src, stride, dst] : {std::tuple{k_rows_, k_row_bytes_, k_copy}, {v_rows_, v_row_bytes_, v_copy}}) {
-      if (dst == k_copy && k_codes_in_place_) continue;
-      for (int c = 0; c < cols_; ++c) {
-        const char* codes = src + c * stride;
-        auto* out = reinterpret_cast<std::uint16_t*>(dst + c * bytes);
-        for (int d0 = 0; d0 < dims; d0 += 64) {
-          const bool whole = dims - d0 >= 64;
-          const __m512i x = whole ? _mm512_loadu_si512(codes + d0) : _mm512_maskz_loadu_epi8(0xffffffffu, codes + d0);
-          __m512i first, second;
-          table.widen_in_order(x, first, second);
-          _mm512_storeu_si512(out + d0, first);
-          if (whole) _mm512_storeu_si512(out + d0 + 32, second);
-        }
-      }
-      std::memset(dst + cols_ * bytes, 0, (cols16_ - cols_) * bytes);
-    }
-    if (!k_codes_in_place_) {
-      k_rows_ = k_copy;
-      k_row_bytes_ = bytes;
-    }
-    v_rows_ = v_copy;
-    v_row_bytes_ = bytes;
+    widen_rows(table, k_codes_in_place_, [](__m512i) {});
     k_scales_ = it_.kv_scales.k ? it_.kv_scales.k + row * job_.kv_scale_strides[0][2] : nullptr;
     v_scales_ = it_.kv_scales.v ? it_.kv_scales.v + row * job_.kv_scale_strides[1][2] : nullptr;
     // The next tile's scales, a line or two a tile that the streams of the

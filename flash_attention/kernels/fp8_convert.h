@@ -119,23 +119,29 @@ inline bool e4m3_rows_have_nan(const std::uint8_t* p, std::int64_t stride, int r
 // then pair the bytes into words.  Five instructions widen 64 values, where
 // the F16C route takes five for 16 and needs a separate scan for e4m3's NaN
 // code.
+// The low bytes (0-127) and high bytes (128-255) of the bf16s of
+// value(0) .. value(127), each exactly a bf16 (the upper half of its fp32).
+template <class Value>
+inline std::array<std::uint8_t, 256> bf16_byte_tables(Value value) {
+  std::array<std::uint8_t, 256> t{};
+  for (int m = 0; m < 128; ++m) {
+    const auto bits = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(static_cast<float>(value(m))) >> 16);
+    t[m] = static_cast<std::uint8_t>(bits & 0xff);
+    t[128 + m] = static_cast<std::uint8_t>(bits >> 8);
+  }
+  return t;
+}
+
 struct Fp8Bf16Table {
   __m512i lo0, lo1, hi0, hi1;  // low and high bytes of the bf16 of codes 0-63 and 64-127
 
   template <DType DT>
   static Fp8Bf16Table of() {
     static_assert(is_fp8(DT), "an FP8 format");
-    alignas(64) static const std::array<std::uint8_t, 256> bytes = [] {
-      std::array<std::uint8_t, 256> t{};
-      for (int code = 0; code < 128; ++code) {
-        const auto b = static_cast<std::uint8_t>(code);
-        const float f = DT == DType::kFP8E4M3 ? detail::fp8_e4m3_to_f32(b) : detail::fp8_e5m2_to_f32(b);
-        const auto bits = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(f) >> 16);  // exact: see above
-        t[code] = static_cast<std::uint8_t>(bits & 0xff);
-        t[128 + code] = static_cast<std::uint8_t>(bits >> 8);
-      }
-      return t;
-    }();
+    alignas(64) static const std::array<std::uint8_t, 256> bytes = bf16_byte_tables([](int code) {
+      const auto b = static_cast<std::uint8_t>(code);
+      return DT == DType::kFP8E4M3 ? detail::fp8_e4m3_to_f32(b) : detail::fp8_e5m2_to_f32(b);  // exact: see above
+    });
     return {_mm512_load_si512(bytes.data()), _mm512_load_si512(bytes.data() + 64),
             _mm512_load_si512(bytes.data() + 128), _mm512_load_si512(bytes.data() + 192)};
   }
@@ -184,15 +190,8 @@ struct Int8Bf16Table {
   __m512i lo0, lo1, hi0, hi1;  // low and high bytes of the bf16 of magnitudes 0-63 and 64-127 (0: 128's high byte)
 
   static Int8Bf16Table make() {
-    alignas(64) static const std::array<std::uint8_t, 256> bytes = [] {
-      std::array<std::uint8_t, 256> t{};
-      for (int m = 0; m < 128; ++m) {
-        const auto bits = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(float(m == 0 ? 128 : m)) >> 16);
-        t[m] = static_cast<std::uint8_t>(bits & 0xff);
-        t[128 + m] = static_cast<std::uint8_t>(bits >> 8);
-      }
-      return t;
-    }();
+    alignas(64) static const std::array<std::uint8_t, 256> bytes =
+        bf16_byte_tables([](int m) { return m == 0 ? 128 : m; });
     return {_mm512_load_si512(bytes.data()), _mm512_load_si512(bytes.data() + 64),
             _mm512_load_si512(bytes.data() + 128), _mm512_load_si512(bytes.data() + 192)};
   }
