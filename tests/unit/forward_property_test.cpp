@@ -316,6 +316,8 @@ const KvRowsCase kKvRowsCases[] = {
      DType::kI8},
     {"int8_bsh_heads_together_paged_lengths", Layout::kBSH, 2, 1, 700, 64, 8, 64, 0, 64, {700, 45}, false, true, false,
      false, 0.0f, DType::kI8},
+    {"int8_group8_head_dim_256", Layout::kBNSD, 1, 1, 270, 16, 2, 256, 0, 0, {}, false, false, false, false, 0.0f,
+     DType::kI8},
 };
 
 class KvRows : public ::testing::TestWithParam<int> {};
