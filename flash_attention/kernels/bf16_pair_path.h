@@ -996,8 +996,8 @@ class PairTileSteps {
     widen_rows(table, k_codes_in_place_, [](__m512i) {});
     k_scales_ = it_.kv_scales.k ? it_.kv_scales.k + row * job_.kv_scale_strides[0][2] : nullptr;
     v_scales_ = it_.kv_scales.v ? it_.kv_scales.v + row * job_.kv_scale_strides[1][2] : nullptr;
-    // The next tile's scales, a line or two a tile that the streams of the
-    // K/V lines leave out: waited for from DRAM, they cost GQA decoding 15%.
+    // The next tile's scales, a line or two a tile that the stream of the
+    // K/V lines leaves out (so each tile would wait for them from DRAM).
     if (k_scales_ && j0_ + job_.tile_kv < it_.kv_end) {
       const std::int64_t next = kv_row(job_, it_.b, j0_ + job_.tile_kv);
       for (int t = 0; t < 2; ++t) {
