@@ -392,11 +392,11 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // rows come on top of the codes) and where the K/V heads lie side by side
   // (an item walks all of them, each head's 256-byte slices of a tile's
   // rows 2 KiB apart at 8 heads of D128, which fall into an eighth of L1's
-  // sets).  GQA 64/8 decoding in BNSD then
-  // read at 72-78% of the measured bandwidth against 64-70% with the
-  // table's 256 keys, 32/8 at 75-79% against 65-68%; in BSH 32 keys 64-66%,
-  // 64 keys 47-48%; over an FP8 cache 32 keys took 0.75x the time of 64
-  // (docs/PERF.md).  Table tiles only.
+  // sets).  GQA 64/8 decoding in BNSD then read at 72-78% of the measured
+  // bandwidth against 64-70% with the table's 256 keys, 32/8 at 75-79%
+  // against 65-68%; in BSH 32 keys 64-66%, 64 keys 47-48%; over an FP8
+  // cache 32 keys took 0.75x the time of 64 (docs/PERF.md).  Table tiles
+  // only.
   if (kv_from_table && pack_tile && rows_tile) {
     tkv = std::min(tkv, kv_dtype != dtype || p.kv_heads_side_by_side ? 32 : 64);
   }

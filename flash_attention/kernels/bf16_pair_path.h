@@ -712,7 +712,7 @@ class PairTileSteps {
         }
 #endif
         Engine::scores_rows(k_rows_, k_row_bytes_, op_.qb, job_.tile_q, D(), cols16_, width(), w_.st, spans_, &next_);
-        if (k_scales_) scale_key_scores();
+        if (k_scales_) scale_key_rows(k_scales_, job_.kv_scale_strides[0][2], width());
         laps.lap(kStageScores);
         return;
       }
@@ -740,7 +740,7 @@ class PairTileSteps {
     const int tq = job_.tile_q, tkv = job_.tile_kv, nvec = it_.nvec;
     if (job_.dropout.active) {  // dropout works on the fp32 P, which is packed afterwards
       softmax_raw_tile<DT>(job_, w_, it_, j0_, cols_);
-      if (v_scales_) weigh_keys(v_scales_, job_.kv_scale_strides[1][2]);
+      if (v_scales_) scale_key_rows(v_scales_, job_.kv_scale_strides[1][2], it_.nvec * 16);
       pack_p_pairs<kP>(w_.st, cols_, cols_pad_, nvec, tq, op_.pb, tkv / 2, op_.p_lo);
     } else {
       const float scale = prepare_scores(job_, w_, it_, j0_, cols_);
@@ -984,7 +984,7 @@ class PairTileSteps {
   // An int8 cache's tile as bf16 rows in the K buffer, laid out as
   // widen_fp8_rows lays an FP8 one: each code exactly (every integer of
   // int8's range is a bf16; Int8Bf16Table).  Its per-key scales (at the
-  // cache row `row`) go to the scores (scale_key_scores) and to the
+  // cache row `row`) go to the scores (scale_key_rows) and to the
   // probabilities (softmax_to_pairs' key weights), so both products take
   // the dequantized values; the codes are never non-finite.
   void widen_int8_rows(std::int64_t row) {
@@ -1071,23 +1071,15 @@ class PairTileSteps {
   bool k_codes_products_ = false;  // the item's Q packed as int16 pieces (start)
   bool k_codes_in_place_ = false;  // this tile's K read as codes (widen_int8_rows)
 #endif
-  // Sᵀ's key rows (of the tile's keys) times K's scales.
-  void scale_key_scores() {
-    const std::int64_t stride = job_.kv_scale_strides[0][2];
-    const int tq = job_.tile_q, width = this->width();
-    for (int c = 0; c < cols_; ++c) {
-      const __m512 scale = _mm512_set1_ps(k_scales_[c * stride]);
-      float* scores = w_.st + std::int64_t(c) * tq;
-      for (int r = 0; r < width; r += 16) _mm512_storeu_ps(scores + r, _mm512_mul_ps(_mm512_loadu_ps(scores + r), scale));
-    }
-  }
-  // P's key rows in Sᵀ (after the softmax) times `weights` (V's scales).
-  void weigh_keys(const float* weights, std::int64_t stride) {
+  // Sᵀ's key rows (the tile's keys, their first `lanes` rows) times the
+  // keys' factors (an int8 cache's scales, key c's at [c * stride]): K's on
+  // the scores, V's on the fp32 P of the dropout softmax.
+  void scale_key_rows(const float* factors, std::int64_t stride, int lanes) {
     const int tq = job_.tile_q;
     for (int c = 0; c < cols_; ++c) {
-      const __m512 weight = _mm512_set1_ps(weights[c * stride]);
-      float* p = w_.st + std::int64_t(c) * tq;
-      for (int r = 0; r < it_.nvec * 16; r += 16) _mm512_storeu_ps(p + r, _mm512_mul_ps(_mm512_loadu_ps(p + r), weight));
+      const __m512 factor = _mm512_set1_ps(factors[c * stride]);
+      float* row = w_.st + std::int64_t(c) * tq;
+      for (int r = 0; r < lanes; r += 16) _mm512_storeu_ps(row + r, _mm512_mul_ps(_mm512_loadu_ps(row + r), factor));
     }
   }
 
