@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/dtype_convert.h"
 #include "common/elementwise_paths.h"
@@ -95,9 +99,64 @@ double activation(GluKind kind, double g) {
   return g;
 }
 
+// The activation of every 16-bit gate value, for the paths whose kernel
+// reads it with a gather (GluJob::activation): built on first use by the
+// path's own kernel, from a row of all 65536 gate bit patterns with an up
+// half of ones (act(g) * 1 is act(g) exactly), so a looked-up output has the
+// computed one's bits.  One table a (path, activation, gate dtype), kept for
+// the process.  ReLU has none: its max is cheaper than a gather.
+struct TableSlot {
+  int path, kind, dtype;  // AVX-512 with BF16, AVX-512; SwiGLU, GeGLU erf, GeGLU tanh; bf16, fp16
+  bool used() const { return path >= 0 && kind >= 0 && dtype >= 0; }
+};
+
+TableSlot table_slot(Isa isa, GluKind kind, DType gate_dtype) {
+  return {isa == Isa::kAvx512Bf16 ? 0 : isa == Isa::kAvx512 ? 1 : -1, kind == GluKind::kReGlu ? -1 : static_cast<int>(kind),
+          gate_dtype == DType::kBF16 ? 0 : gate_dtype == DType::kF16 ? 1 : -1};
+}
+
+const float* activation_table(Isa isa, const detail::GluKernelTable& kernels, GluKind kind, DType gate_dtype) {
+  constexpr std::int64_t kValues = 65536;
+  const TableSlot slot = table_slot(isa, kind, gate_dtype);
+  if (!slot.used()) return nullptr;
+  struct Table {
+    std::once_flag built;
+    std::unique_ptr<float[]> values;
+  };
+  static Table tables[2][3][2];
+  Table& t = tables[slot.path][slot.kind][slot.dtype];
+  std::call_once(t.built, [&] {
+    std::vector<std::uint16_t> x(2 * kValues);
+    const std::uint16_t one = gate_dtype == DType::kBF16 ? 0x3F80 : 0x3C00;
+    for (std::int64_t i = 0; i < kValues; ++i) {
+      x[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(i);
+      x[static_cast<std::size_t>(kValues + i)] = one;
+    }
+    t.values.reset(new float[kValues]);
+    detail::GluJob job;
+    job.kind = kind;
+    job.rows = 1;
+    job.width = kValues;
+    job.gate = x.data();
+    job.up = x.data() + kValues;
+    job.x_dtype = gate_dtype;
+    job.x_stride = 2 * kValues;
+    job.y = t.values.get();
+    job.y_dtype = DType::kF32;
+    job.y_stride = kValues;
+    kernels.run(job, 0, 1, 0, kValues);
+  });
+  return t.values.get();
+}
+
 }  // namespace
 
 Status glu_isa(const GluParams& p, Isa* isa) { return detail::choose_elementwise_path(p.isa, path_built, isa); }
+
+bool glu_uses_activation_table(const GluParams& p, DType x_dtype) {
+  Isa isa;
+  return p.lookup_activation && glu_isa(p, &isa).ok() && table_slot(isa, p.kind, x_dtype).used();
+}
 
 Status validate_glu(const GluParams& p, const GluTensors& t) {
   if (Status s = check_rows("x", t.x); !s.ok()) return s;
@@ -148,6 +207,7 @@ Status glu_forward(const GluParams& p, const GluTensors& t) {
   const std::int64_t items = row_blocks * col_blocks;
   const int used = static_cast<int>(std::min<std::int64_t>(threads, items));
   const detail::GluKernelTable* table = table_of(isa);
+  if (p.lookup_activation) job.activation = activation_table(isa, *table, p.kind, job.x_dtype);
   detail::ThreadPool::global().parallel_for(items, used, [&](std::int64_t item, int) {
     const std::int64_t rb = item / col_blocks, cb = item % col_blocks;
     const std::int64_t r0 = rb * rows_per_item, c0 = cb * cols;

@@ -21,6 +21,10 @@ struct GluJob {
   // 64-byte line): the call's data exceed the last-level cache, so y would
   // not stay there for its consumer, and a streamed line is not read first.
   bool stream = false;
+  // act(g) for every 16-bit gate value, indexed by the gate's bits (fp16 or
+  // bf16 as x_dtype), where glu.cpp built one for this path: the kernel
+  // then reads act(g) with a gather instead of computing it.  Null: computed.
+  const float* activation = nullptr;
 };
 
 // One path's kernel: rows [r0, r1), columns [c0, c1) of y.

@@ -153,7 +153,10 @@ template <int N>
 inline void normal_cdf_n(const typename Vec::T* g, typename Vec::T* out) {
   const typename Vec::T one = Vec::set1(1.0f);
   typename Vec::T z[N], t[N], p[N], x[N];
-  for (int k = 0; k < N; ++k) z[k] = Vec::mul(Vec::abs(g[k]), Vec::set1(0.70710678118654752f));
+  // |g| held to 15 as on the AVX-512 paths (Q(15) is far below fp32's
+  // least value): past about 2^64, z^2 overflowed and its low part, inf -
+  // inf, made Phi NaN; a NaN gate becomes 15 here and stays NaN in g Phi(g).
+  for (int k = 0; k < N; ++k) z[k] = Vec::mul(Vec::min(Vec::abs(g[k]), Vec::set1(15.0f)), Vec::set1(0.70710678118654752f));
   for (int k = 0; k < N; ++k) t[k] = Vec::div(one, Vec::fmadd(z[k], Vec::set1(0.5f), one));
   for (int k = 0; k < N; ++k) p[k] = Vec::set1(0.17087277f);
   for (float c : {-0.82215223f, 1.48851587f, -1.13520398f, 0.27886807f, -0.18628806f, 0.09678418f, 0.37409196f, 1.00002368f,
@@ -204,8 +207,37 @@ constexpr int kInterleave = 4;
 // How far ahead of the step the gate and up halves are prefetched.
 constexpr std::int64_t kPrefetchBytes = 1024;
 
-template <GluKind K, DType XT, DType YT>
-inline void glu_rows(const detail::GluJob& job, std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
+// act(g) of N gate vectors from element c of a gate row, computed.
+template <GluKind K, DType XT>
+struct ComputedActivation {
+  template <int N>
+  void gates(const char* gate, std::int64_t c, typename Vec::T* g) const {
+    for (int k = 0; k < N; ++k) g[k] = load_vec<XT>(gate, c + k * Vec::W);
+    activate_n<K, N>(g);
+  }
+};
+
+#if defined(__AVX512F__)
+// act(g) of N gate vectors read from a table of act over every 16-bit gate
+// value (GluJob::activation), one gather a vector: the gate's bits are the
+// index.
+template <DType XT>
+struct LookedUpActivation {
+  static_assert(XT == DType::kF16 || XT == DType::kBF16, "a table covers 16-bit gates only");
+  const float* table;
+  template <int N>
+  void gates(const char* gate, std::int64_t c, __m512* g) const {
+    for (int k = 0; k < N; ++k) {
+      const __m512i bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gate + (c + k * 16) * 2)));
+      g[k] = _mm512_i32gather_ps(bits, table, 4);
+    }
+  }
+};
+#endif
+
+template <DType XT, DType YT, class Activation>
+inline void glu_rows(const detail::GluJob& job, const Activation& act, std::int64_t r0, std::int64_t r1, std::int64_t c0,
+                     std::int64_t c1) {
   constexpr int W = Vec::W;
   constexpr std::int64_t xs = XT == DType::kF32 ? 4 : 2, ys = YT == DType::kF32 ? 4 : 2;
   for (std::int64_t r = r0; r < r1; ++r) {
@@ -224,26 +256,26 @@ inline void glu_rows(const detail::GluJob& job, std::int64_t r0, std::int64_t r1
         __builtin_prefetch(up + c * xs + kPrefetchBytes + b, 0, 3);
       }
       typename Vec::T g[kInterleave];
-      for (int k = 0; k < kInterleave; ++k) g[k] = load_vec<XT>(gate, c + k * W);
-      activate_n<K, kInterleave>(g);
+      act.template gates<kInterleave>(gate, c, g);
       for (int k = 0; k < kInterleave; ++k) store_vec<YT>(y, c + k * W, Vec::mul(g[k], load_vec<XT>(up, c + k * W)), stream);
     }
     for (; c + W <= c1; c += W) {
-      typename Vec::T g = load_vec<XT>(gate, c);
-      activate_n<K, 1>(&g);
+      typename Vec::T g;
+      act.template gates<1>(gate, c, &g);
       store_vec<YT>(y, c, Vec::mul(g, load_vec<XT>(up, c)), stream);
     }
     if (c < c1) {
-      // The tail through the same vector code, from a padded copy, so every
-      // element sees the same arithmetic.
-      alignas(64) float g[W] = {}, u[W] = {}, out[W];
-      for (std::int64_t k = c; k < c1; ++k) {
-        g[k - c] = detail::load_as_f32(gate, XT, k);
-        u[k - c] = detail::load_as_f32(up, XT, k);
+      // The tail through the same vector code, from a copy padded with
+      // zeros, so every element sees the same arithmetic.
+      alignas(64) unsigned char g_bytes[W * 4] = {}, u_bytes[W * 4] = {};
+      alignas(64) float out[W];
+      for (std::int64_t b = 0; b < (c1 - c) * xs; ++b) {
+        g_bytes[b] = static_cast<unsigned char>(gate[c * xs + b]);
+        u_bytes[b] = static_cast<unsigned char>(up[c * xs + b]);
       }
-      typename Vec::T v = Vec::load(g);
-      activate_n<K, 1>(&v);
-      Vec::store(out, Vec::mul(v, Vec::load(u)));
+      typename Vec::T v;
+      act.template gates<1>(reinterpret_cast<const char*>(g_bytes), 0, &v);
+      Vec::store(out, Vec::mul(v, load_vec<XT>(u_bytes, 0)));
       for (std::int64_t k = c; k < c1; ++k) detail::store_from_f32(y, YT, k, out[k - c]);
     }
   }
@@ -252,25 +284,33 @@ inline void glu_rows(const detail::GluJob& job, std::int64_t r0, std::int64_t r1
 #endif
 }
 
-template <GluKind K, DType XT>
-inline void glu_run_x(const detail::GluJob& job, std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
+// The output dtype's instantiation.
+template <DType XT, class Activation>
+inline void glu_rows_to(const detail::GluJob& job, const Activation& act, std::int64_t r0, std::int64_t r1, std::int64_t c0,
+                        std::int64_t c1) {
   switch (job.y_dtype) {
-    case DType::kF16: return glu_rows<K, XT, DType::kF16>(job, r0, r1, c0, c1);
-    case DType::kBF16: return glu_rows<K, XT, DType::kBF16>(job, r0, r1, c0, c1);
-    default: return glu_rows<K, XT, DType::kF32>(job, r0, r1, c0, c1);
+    case DType::kF16: return glu_rows<XT, DType::kF16>(job, act, r0, r1, c0, c1);
+    case DType::kBF16: return glu_rows<XT, DType::kBF16>(job, act, r0, r1, c0, c1);
+    default: return glu_rows<XT, DType::kF32>(job, act, r0, r1, c0, c1);
   }
 }
 
 template <GluKind K>
 inline void glu_run_kind(const detail::GluJob& job, std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
   switch (job.x_dtype) {
-    case DType::kF16: return glu_run_x<K, DType::kF16>(job, r0, r1, c0, c1);
-    case DType::kBF16: return glu_run_x<K, DType::kBF16>(job, r0, r1, c0, c1);
-    default: return glu_run_x<K, DType::kF32>(job, r0, r1, c0, c1);
+    case DType::kF16: return glu_rows_to<DType::kF16>(job, ComputedActivation<K, DType::kF16>{}, r0, r1, c0, c1);
+    case DType::kBF16: return glu_rows_to<DType::kBF16>(job, ComputedActivation<K, DType::kBF16>{}, r0, r1, c0, c1);
+    default: return glu_rows_to<DType::kF32>(job, ComputedActivation<K, DType::kF32>{}, r0, r1, c0, c1);
   }
 }
 
 inline void glu_run(const detail::GluJob& job, std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
+#if defined(__AVX512F__)
+  if (job.activation) {  // 16-bit gates (glu.cpp sets the table only for those)
+    if (job.x_dtype == DType::kF16) return glu_rows_to<DType::kF16>(job, LookedUpActivation<DType::kF16>{job.activation}, r0, r1, c0, c1);
+    return glu_rows_to<DType::kBF16>(job, LookedUpActivation<DType::kBF16>{job.activation}, r0, r1, c0, c1);
+  }
+#endif
   switch (job.kind) {
     case GluKind::kSwiGlu: return glu_run_kind<GluKind::kSwiGlu>(job, r0, r1, c0, c1);
     case GluKind::kGeGluErf: return glu_run_kind<GluKind::kGeGluErf>(job, r0, r1, c0, c1);

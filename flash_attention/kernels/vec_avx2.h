@@ -25,6 +25,7 @@ struct Vec {
   static T add(T a, T b) { return _mm256_add_ps(a, b); }
   static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
   static T max(T a, T b) { return _mm256_max_ps(a, b); }
+  static T min(T a, T b) { return _mm256_min_ps(a, b); }
   static T div(T a, T b) { return _mm256_div_ps(a, b); }
   static T abs(T a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
   static T copysign(T mag, T sign) { return _mm256_or_ps(abs(mag), _mm256_and_ps(_mm256_set1_ps(-0.0f), sign)); }

@@ -25,6 +25,7 @@ struct Vec {
   static T add(T a, T b) { return _mm512_add_ps(a, b); }
   static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
   static T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static T min(T a, T b) { return _mm512_min_ps(a, b); }
   static T div(T a, T b) { return _mm512_div_ps(a, b); }
   static T abs(T a) { return _mm512_abs_ps(a); }
   static T copysign(T mag, T sign) {

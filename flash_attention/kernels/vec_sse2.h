@@ -26,6 +26,7 @@ struct Vec {
   static T add(T a, T b) { return _mm_add_ps(a, b); }
   static T sub(T a, T b) { return _mm_sub_ps(a, b); }
   static T max(T a, T b) { return _mm_max_ps(a, b); }
+  static T min(T a, T b) { return _mm_min_ps(a, b); }
   static T div(T a, T b) { return _mm_div_ps(a, b); }
   static T abs(T a) { return _mm_andnot_ps(_mm_set1_ps(-0.0f), a); }
   // |mag| with the sign of `sign`.

@@ -32,6 +32,7 @@ std::vector<fa::cli::FlagSpec> flags() {
       {"dtype", K::kString, "bf16|fp16|fp32", "dtype of the input (default bf16)"},
       {"out-dtype", K::kString, "bf16|fp16|fp32", "dtype of the output (default: --dtype)"},
       {"stream", K::kString, "auto|on|off", "the output through non-temporal stores (default auto: when input and output exceed the last-level cache)"},
+      {"activation", K::kString, "table|computed", "fp16/bf16 gates on the AVX-512 paths: act(g) read from a table of every gate value, or computed (default table)"},
   }, "the output", "write the output as [rows, hidden] in its dtype");
 }
 
@@ -82,8 +83,14 @@ int run(int argc, char** argv) {
   } else if (stream != "auto") {
     throw UsageError("--stream=" + stream + " is not valid: expected auto, on or off");
   }
+  const std::string activation = args.str("activation", "table");
+  if (activation != "table" && activation != "computed") {
+    throw UsageError("--activation=" + activation + " is not valid: expected table or computed");
+  }
+  params.lookup_activation = activation == "table";
   fa::Isa isa;
   if (fa::Status s = fa::glu_isa(params, &isa); !s.ok()) throw UsageError(s.message());
+  const bool table = fa::glu_uses_activation_table(params, c.dtype);
   c.with_reference = args.flag("check");
   fa::cli::set_huge_page_buffers(args.flag("huge-pages"));  // before the tensors are allocated
   fa::cli::GluBuffers b = fa::cli::make_glu_buffers(c);
@@ -98,7 +105,7 @@ int run(int argc, char** argv) {
       warmup, runs, threads, moved, !args.flag("no-probe"), args.flag("huge-pages"));
 
   std::cout << "Gated linear unit benchmark (glu)\nConfig: " << fa::cli::describe(c) << "\n";
-  std::cout << "Kernel: " << fa::isa_name(isa) << "  Threads: " << threads << "\n";
+  std::cout << "Kernel: " << fa::isa_name(isa) << "  Threads: " << threads << "  Activation: " << (table ? "table" : "computed") << "\n";
   fa::cli::print_bandwidth(timing);
   bool pass = true;
   Json j;
@@ -109,6 +116,7 @@ int run(int argc, char** argv) {
   j["dtype"] = std::string(fa::dtype_name(c.dtype));
   j["out_dtype"] = std::string(fa::dtype_name(out));
   j["kernel"] = std::string(fa::isa_name(isa));
+  j["activation"] = table ? "table" : "computed";
   fa::cli::add_bandwidth_json(j, timing, moved);
   if (args.flag("check")) {
     const fa::cli::GluCheck r = fa::cli::check_glu(c, b);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -122,6 +123,51 @@ TEST_P(GluPaths, GatesAcrossEveryIntervalAndEdge) {
   ASSERT_TRUE(fa::glu_forward(fa::cli::glu_params(c), b.tensors).ok());
   const fa::cli::GluCheck r = fa::cli::check_glu(c, b);
   EXPECT_TRUE(r.pass) << fa::cli::describe(c) << ": worst " << r.worst_share << ", " << r.mismatches << " past, nonfinite " << r.nonfinite;
+}
+
+// Every one of the 65536 fp16 or bf16 gate values (infinities, NaNs and
+// subnormals among them), with an up half in [-1, 1): the float64
+// reference holds, and an output whose act(g) came from the table
+// (GluParams::lookup_activation, the AVX-512 paths) has the bits of the
+// computed one.
+TEST_P(GluPaths, EveryHalfPrecisionGateLookedUpAsComputed) {
+  const DType dtype = std::get<1>(GetParam());
+  if (dtype == DType::kF32) GTEST_SKIP() << "fp32 gates are always computed";
+  constexpr std::int64_t kValues = 65536;
+  GluCase c = base(1, kValues);
+  c.out_dtype = DType::kF32;  // the product unrounded beyond fp32
+  c.with_reference = false;
+  fa::cli::GluBuffers b = fa::cli::make_glu_buffers(c);
+  auto* x = static_cast<std::uint16_t*>(b.x.data());
+  std::uint32_t state = 12345;
+  for (std::int64_t i = 0; i < kValues; ++i) {
+    x[i] = static_cast<std::uint16_t>(i);
+    state = state * 1664525u + 1013904223u;
+    fa::detail::store_from_f32(x, dtype, kValues + i, static_cast<float>(state >> 8) / 8388608.0f - 1.0f);
+  }
+  b.ref.resize(kValues);
+  fa::GluParams p = fa::cli::glu_params(c);
+  ASSERT_TRUE(fa::glu_reference(p, b.tensors, b.ref.data()).ok());
+  const bool avx512 = isa() == fa::Isa::kAvx512 || isa() == fa::Isa::kAvx512Bf16;
+  EXPECT_EQ(fa::glu_uses_activation_table(p, dtype), avx512 && c.params.kind != GluKind::kReGlu);
+  p.lookup_activation = false;
+  EXPECT_FALSE(fa::glu_uses_activation_table(p, dtype));
+  ASSERT_TRUE(fa::glu_forward(p, b.tensors).ok());
+  const std::vector<float> computed(static_cast<const float*>(b.y.data()), static_cast<const float*>(b.y.data()) + kValues);
+  fa::cli::GluCheck r = fa::cli::check_glu(c, b);
+  EXPECT_TRUE(r.pass) << "computed: worst " << r.worst_share << ", " << r.mismatches << " past, nonfinite " << r.nonfinite;
+  p.lookup_activation = true;
+  std::memset(b.y.data(), 0, b.y.bytes());
+  ASSERT_TRUE(fa::glu_forward(p, b.tensors).ok());
+  const float* looked_up = static_cast<const float*>(b.y.data());
+  std::int64_t differ = 0;
+  for (std::int64_t i = 0; i < kValues; ++i) {
+    const bool same = std::isnan(computed[i]) ? std::isnan(looked_up[i]) : std::memcmp(&computed[i], &looked_up[i], 4) == 0;
+    if (!same && differ++ < 3) ADD_FAILURE() << "gate bits " << i << ": computed " << computed[i] << ", looked up " << looked_up[i];
+  }
+  EXPECT_EQ(differ, 0);
+  r = fa::cli::check_glu(c, b);
+  EXPECT_TRUE(r.pass) << "looked up: worst " << r.worst_share << ", " << r.mismatches << " past, nonfinite " << r.nonfinite;
 }
 
 // Non-temporal stores write the same bits as cached ones.

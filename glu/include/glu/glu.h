@@ -6,7 +6,9 @@
 //   GeGLU, tanh form:          act = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)));
 //   ReGLU:                     act = ReLU, max(g, 0).
 // Computed in fp32 (the sigmoids and Phi from a non-positive exponent, so
-// neither tail overflows or cancels) and rounded to nearest even on store.
+// neither tail overflows or cancels) and rounded to nearest even on store;
+// for 16-bit gates, act(g) may come from a table of the same fp32 values
+// (GluParams::lookup_activation).
 // Like the attention API, nothing here aborts the process: bad arguments
 // come back as a Status with a one-line message.
 #pragma once
@@ -41,6 +43,14 @@ struct GluParams {
   // non-temporal stores, around the caches.  Unset: when the call's x and y
   // exceed the last-level cache.
   std::optional<bool> stream_output;
+  // fp16 and bf16 gates on the AVX-512 paths: act(g) read from a table of
+  // its value at every one of the 65536 gate values, which the path's own
+  // vector code computes once a process (about 0.1 ms, 256 KiB a table), so
+  // the outputs are the same bits either way.  A gather replaces the
+  // activation's 20-35 vector operations; inputs whose gates spread over
+  // the whole table (random bits) make it slower than computing.  false:
+  // always computed.
+  bool lookup_activation = true;
 };
 
 struct GluTensors {
@@ -61,5 +71,8 @@ GLU_API Status glu_reference(const GluParams& params, const GluTensors& tensors,
 // The kernel path a call with these params runs; an error when the one
 // asked for is not available.
 GLU_API Status glu_isa(const GluParams& params, Isa* isa);
+// Whether a call with these params and x of this dtype reads act(g) from a
+// table (GluParams::lookup_activation) rather than computing it.
+GLU_API bool glu_uses_activation_table(const GluParams& params, DType x_dtype);
 
 }  // namespace fa
