@@ -6,6 +6,7 @@
 // the caller, else by FA_ISA, else the fastest this CPU runs.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <fstream>
@@ -51,19 +52,45 @@ Status choose_elementwise_path(std::optional<Isa> forced, Built built, Isa* isa)
   return Status::Ok();
 }
 
-// The last-level cache this CPU shares (sysfs: the largest level of cpu0's
-// caches, "32768K"), else 32 MiB.  Not sysconf's: in a virtual machine it
-// can report the whole host's L3 (320 MiB on a 2-vCPU guest whose cores
-// share 32 MiB), and y would never stream.
+// How many CPUs a sysfs cpu list names ("0-1", "0-7,64-71"); 0 if none.
+inline int cpu_list_count(const std::string& list) {
+  int count = 0;
+  std::size_t at = 0;
+  while (at < list.size()) {
+    char* end = nullptr;
+    const long first = std::strtol(list.c_str() + at, &end, 10);
+    if (end == list.c_str() + at) break;
+    long last = first;
+    at = static_cast<std::size_t>(end - list.c_str());
+    if (at < list.size() && list[at] == '-') {
+      last = std::strtol(list.c_str() + at + 1, &end, 10);
+      at = static_cast<std::size_t>(end - list.c_str());
+    }
+    if (last >= first) count += static_cast<int>(last - first + 1);
+    if (at < list.size() && list[at] == ',') ++at;
+    else break;
+  }
+  return count;
+}
+
+// The last-level cache these operators can count on keeping their outputs
+// in (sysfs: the largest level of cpu0's caches, "32768K", else 32 MiB),
+// at most 8 MiB for each CPU sharing it.  Not sysconf's: in a virtual
+// machine it can report the whole host's L3 (320 MiB on a 2-vCPU guest
+// whose cores share 32 MiB).  The cap is for guests whose sysfs says the
+// same (480 MiB "shared by" CPUs 0-1 on a 2-vCPU Xeon): there, 128 MB of
+// fp32 norm output did not stream, and every store read its line first
+// (RMSNorm fp32 at 16M elements: 4.3-4.9 ms, 2.9-3.0 streamed).  Real
+// CPUs hold 2-5 MiB of L3 a core (12 with stacked cache).
 inline std::size_t last_level_cache_bytes() {
   static const std::size_t bytes = [] {
     std::size_t best = 0;
-    int best_level = 0;
+    int best_level = 0, sharing = 0;
     for (int index = 0; index < 8; ++index) {
       const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
-      std::ifstream level_file(dir + "level"), size_file(dir + "size");
+      std::ifstream level_file(dir + "level"), size_file(dir + "size"), shared_file(dir + "shared_cpu_list");
       int level = 0;
-      std::string size;
+      std::string size, shared;
       if (!(level_file >> level) || !(size_file >> size) || size.empty()) continue;
       std::size_t value = std::strtoull(size.c_str(), nullptr, 10);
       if (size.back() == 'K') value <<= 10;
@@ -71,9 +98,11 @@ inline std::size_t last_level_cache_bytes() {
       if (level > best_level && value > 0) {
         best_level = level;
         best = value;
+        sharing = (shared_file >> shared) ? cpu_list_count(shared) : 0;
       }
     }
-    return best > 0 ? best : std::size_t{32} << 20;
+    if (best == 0) return std::size_t{32} << 20;
+    return sharing > 0 ? std::min(best, static_cast<std::size_t>(sharing) * (std::size_t{8} << 20)) : best;
   }();
   return bytes;
 }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/cpu_features.h"
+#include "common/elementwise_paths.h"
 #include "flash_attention/flash_attention.h"
 
 namespace {
@@ -81,6 +82,17 @@ TEST(Probes, CacheSizesAreOrdered) {
   const std::size_t l2 = fa::cpu_l2_bytes(), llc = fa::cpu_last_level_cache_bytes();
   if (l2 == 0 || llc == 0) GTEST_SKIP() << "sysfs lists no cache sizes here";
   EXPECT_GE(llc, l2);
+}
+
+// The element-wise operators' cache size counts the CPUs sharing it
+// (sysfs lists) to cap a virtual machine's view of its host's whole L3.
+TEST(Probes, CpuListsCounted) {
+  EXPECT_EQ(fa::detail::cpu_list_count("0-1"), 2);
+  EXPECT_EQ(fa::detail::cpu_list_count("0-7,64-71"), 16);
+  EXPECT_EQ(fa::detail::cpu_list_count("3"), 1);
+  EXPECT_EQ(fa::detail::cpu_list_count("0,2,4-5"), 4);
+  EXPECT_EQ(fa::detail::cpu_list_count(""), 0);
+  EXPECT_EQ(fa::detail::cpu_list_count("x"), 0);
 }
 
 }  // namespace
