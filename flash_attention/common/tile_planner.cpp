@@ -16,6 +16,7 @@
 #include <string>
 
 #include "flash_attention/flash_attention.h"
+#include "common/elementwise_paths.h"
 #include "../kernels/kernel_table.h"
 #include "mask.h"
 #include "targets.h"
@@ -190,6 +191,7 @@ std::size_t cpu_last_level_cache_bytes() {
   static const std::size_t bytes = cpu_cache_bytes(0);
   return bytes;
 }
+std::size_t cpu_cache_share_bytes() { return detail::last_level_cache_bytes(); }
 
 std::string tuning_cache_path() {
   if (const char* p = std::getenv("FA_TUNING_CACHE"); p && *p) return p;

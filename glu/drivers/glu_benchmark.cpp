@@ -102,7 +102,7 @@ int run(int argc, char** argv) {
       [&] {
         if (fa::Status s = fa::glu_forward(params, b.tensors); !s.ok()) throw UsageError(s.message());
       },
-      warmup, runs, threads, moved, !args.flag("no-probe"), args.flag("huge-pages"));
+      warmup, runs, threads, moved, !args.flag("no-probe"), args.flag("huge-pages"), !args.flag("warm-cache"));
 
   std::cout << "Gated linear unit benchmark (glu)\nConfig: " << fa::cli::describe(c) << "\n";
   std::cout << "Kernel: " << fa::isa_name(isa) << "  Threads: " << threads << "  Activation: " << (table ? "table" : "computed") << "\n";

@@ -114,7 +114,7 @@ int run(int argc, char** argv) {
       [&] {
         if (fa::Status s = fa::norm_forward(params, b.tensors); !s.ok()) throw UsageError(s.message());
       },
-      warmup, runs, threads, moved, !args.flag("no-probe"), args.flag("huge-pages"));
+      warmup, runs, threads, moved, !args.flag("no-probe"), args.flag("huge-pages"), !args.flag("warm-cache"));
 
   // The same work as two calls: the add, then the norm of the sum (x read
   // and the sum written by the first, the sum read again by the second).
@@ -129,7 +129,7 @@ int run(int argc, char** argv) {
           if (fa::Status s = fa::residual_add(params, b.tensors); !s.ok()) throw UsageError(s.message());
           if (fa::Status s = fa::norm_forward(params, norm_only); !s.ok()) throw UsageError(s.message());
         },
-        warmup, runs, threads, static_cast<double>(bytes_x) * 5.0, false);
+        warmup, runs, threads, static_cast<double>(bytes_x) * 5.0, false, false, !args.flag("warm-cache"));
   }
 
   const char* title = c.kind == fa::NormKind::kLayerNorm ? "LayerNorm" : "RMSNorm";

@@ -184,7 +184,7 @@ int run(int argc, char** argv) {
       [&] {
         if (fa::Status s = fa::rope_forward(params, b.tensors); !s.ok()) throw UsageError(s.message());
       },
-      warmup, runs, threads, moved, !args.flag("no-probe"), args.flag("huge-pages"));
+      warmup, runs, threads, moved, !args.flag("no-probe"), args.flag("huge-pages"), !args.flag("warm-cache"));
 
   std::cout << "RoPE benchmark (rope)\n" << "Config: " << fa::cli::describe(c) << " base=" << c.params.base << "\n";
   std::cout << "Kernel: " << fa::isa_name(isa) << "  Threads: " << threads << "\n";

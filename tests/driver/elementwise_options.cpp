@@ -18,6 +18,7 @@ std::vector<FlagSpec> elementwise_benchmark_flags(std::vector<FlagSpec> own, con
       {"output", K::kString, "PATH", output_what},
       {"no-probe", K::kBool, "", "skip the copy-bandwidth probe"},
       {"huge-pages", K::kBool, "", "put the tensors and the copy probe's buffers on transparent huge pages (madvise)"},
+      {"warm-cache", K::kBool, "", "time calls on the data the previous run left in the caches (default: the last-level cache is read over before each timed call it could hold)"},
       {"json", K::kBool, "", "print the results as one JSON object on the last line"},
       {"json-file", K::kString, "PATH", "write the JSON object to PATH"},
       {"help", K::kBool, "", "print this help"},

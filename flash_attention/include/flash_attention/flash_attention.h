@@ -638,6 +638,11 @@ FA_API std::size_t cpu_l2_bytes();
 // The last-level cache of this CPU (the highest level sysfs lists, shared by
 // its cores), or 0 when it cannot be read.
 FA_API std::size_t cpu_last_level_cache_bytes();
+// The part of it the element-wise operators (the norms, RoPE, GLU) count on
+// keeping their data in, the size past which their outputs stream: at most
+// 8 MiB for each CPU sharing it, as a virtual machine may list its host's
+// whole L3 (common/elementwise_paths.h).
+FA_API std::size_t cpu_cache_share_bytes();
 
 // ---------------------------------------------------------- tuning cache ---
 
