@@ -202,7 +202,11 @@ Status glu_forward(const GluParams& p, const GluTensors& t) {
   const int threads = p.threads > 0 ? p.threads : detail::worker_cpu_count();
   const std::int64_t cols = job.rows >= 4 * threads ? d : std::min<std::int64_t>(d, std::max<std::int64_t>(64, (d / (4 * threads) + 63) / 64 * 64));
   const std::int64_t col_blocks = (d + cols - 1) / cols;
-  const std::int64_t rows_per_item = std::max<std::int64_t>(1, (std::int64_t{16} << 10) / cols);
+  // Items of at least 16K outputs and at most four a thread, so that each
+  // is a long run of memory (see layer_norm.cpp's run_rows: items taken
+  // turn about by the threads read from memory slower than long runs).
+  const std::int64_t rows_per_item =
+      std::max({std::int64_t{1}, (std::int64_t{16} << 10) / cols, (job.rows + 4 * threads - 1) / (4 * threads)});
   const std::int64_t row_blocks = (job.rows + rows_per_item - 1) / rows_per_item;
   const std::int64_t items = row_blocks * col_blocks;
   const int used = static_cast<int>(std::min<std::int64_t>(threads, items));
