@@ -13,6 +13,13 @@
 // neither squeezes later calls onto it nor gets a different plan (and
 // different bits) than an unpinned one.  The calling thread, which takes
 // part as worker 0, keeps its own affinity.
+//
+// Between calls a worker spins a short while (100 us, yielding its core
+// between rounds) before it sleeps, and the caller spins as long for the
+// last worker to finish: a sleeping thread's wake-up (a futex, and in a
+// virtual machine a halted vCPU) costs tens of microseconds.  On a 2-vCPU
+// Xeon guest a 16-row RMSNorm on 2 threads took 48-73 us with both sides
+// sleeping at once and 4.5 us spinning; a 512-key decoding step 91 -> 53-66 us.
 #pragma once
 
 #include <sched.h>
@@ -67,6 +74,7 @@ class ThreadPool {
   std::condition_variable done_cv_;
   std::vector<std::thread> workers_;
   std::uint64_t generation_ = 0;
+  std::atomic<std::uint64_t> published_{0};  // generation_, for workers spinning outside the lock
   bool stopping_ = false;
   std::uint64_t cpus_generation_ = 0;  // set_worker_cpus' count when the job started
 
@@ -75,7 +83,7 @@ class ThreadPool {
   void* context_ = nullptr;
   std::int64_t num_items_ = 0;
   int active_workers_ = 0;  // pool threads taking part (excluding the caller)
-  int finished_workers_ = 0;
+  std::atomic<int> finished_workers_{0};  // changed under mutex_; read by a spinning caller
   std::atomic<std::int64_t> next_item_{0};
 };
 
