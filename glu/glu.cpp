@@ -105,13 +105,13 @@ double activation(GluKind kind, double g) {
 // computed one's bits.  One table a (path, activation, gate dtype), kept for
 // the process.  ReLU has none: its max is cheaper than a gather.
 struct TableSlot {
-  int path, kind, dtype;  // AVX-512 with BF16, AVX-512; SwiGLU, GeGLU erf, GeGLU tanh; bf16, fp16
+  int path, kind, dtype;  // AVX-512 with BF16, AVX-512, AVX2; SwiGLU, GeGLU erf, GeGLU tanh; bf16, fp16
   bool used() const { return path >= 0 && kind >= 0 && dtype >= 0; }
 };
 
 TableSlot table_slot(Isa isa, GluKind kind, DType gate_dtype) {
-  return {isa == Isa::kAvx512Bf16 ? 0 : isa == Isa::kAvx512 ? 1 : -1, kind == GluKind::kReGlu ? -1 : static_cast<int>(kind),
-          gate_dtype == DType::kBF16 ? 0 : gate_dtype == DType::kF16 ? 1 : -1};
+  const int path = isa == Isa::kAvx512Bf16 ? 0 : isa == Isa::kAvx512 ? 1 : isa == Isa::kAvx2 ? 2 : -1;
+  return {path, kind == GluKind::kReGlu ? -1 : static_cast<int>(kind), gate_dtype == DType::kBF16 ? 0 : gate_dtype == DType::kF16 ? 1 : -1};
 }
 
 const float* activation_table(Isa isa, const detail::GluKernelTable& kernels, GluKind kind, DType gate_dtype) {
@@ -122,7 +122,7 @@ const float* activation_table(Isa isa, const detail::GluKernelTable& kernels, Gl
     std::once_flag built;
     std::unique_ptr<float[]> values;
   };
-  static Table tables[2][3][2];
+  static Table tables[3][3][2];
   Table& t = tables[slot.path][slot.kind][slot.dtype];
   std::call_once(t.built, [&] {
     std::vector<std::uint16_t> x(2 * kValues);

@@ -3,8 +3,9 @@
 // the shared vector loads and stores (vec_io.h), compiled per path by
 // kernels/glu_<path>.cpp inside its own FA_KERNEL_NS, templated on where
 // act(g) comes from (ComputedActivation, or on the AVX-512 paths
-// LookedUpActivation: a gather from glu.cpp's table of act at every 16-bit
-// gate value, which this same code computed) and on x's and y's dtypes.
+// LookedUpActivation on the AVX2 and AVX-512 paths: a gather from glu.cpp's
+// table of act at every 16-bit gate value, which this same code computed)
+// and on x's and y's dtypes.
 //
 // The sigmoids: on the AVX-512 paths g / (1 + 2^x) as written, with an
 // exp2 of their own that takes any argument; elsewhere the softmax's exp2,
@@ -219,7 +220,7 @@ struct ComputedActivation {
   }
 };
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 // act(g) of N gate vectors read from a table of act over every 16-bit gate
 // value (GluJob::activation), one gather a vector: the gate's bits are the
 // index.
@@ -228,10 +229,14 @@ struct LookedUpActivation {
   static_assert(XT == DType::kF16 || XT == DType::kBF16, "a table covers 16-bit gates only");
   const float* table;
   template <int N>
-  void gates(const char* gate, std::int64_t c, __m512* g) const {
+  void gates(const char* gate, std::int64_t c, typename Vec::T* g) const {
     for (int k = 0; k < N; ++k) {
-      const __m512i bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(gate + (c + k * 16) * 2)));
-      g[k] = _mm512_i32gather_ps(bits, table, 4);
+      const char* at = gate + (c + k * Vec::W) * 2;
+#if defined(__AVX512F__)
+      g[k] = _mm512_i32gather_ps(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at))), table, 4);
+#else
+      g[k] = _mm256_i32gather_ps(table, _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at))), 4);
+#endif
     }
   }
 };
@@ -307,7 +312,7 @@ inline void glu_run_kind(const detail::GluJob& job, std::int64_t r0, std::int64_
 }
 
 inline void glu_run(const detail::GluJob& job, std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
   if (job.activation) {  // 16-bit gates (glu.cpp sets the table only for those)
     if (job.x_dtype == DType::kF16) return glu_rows_to<DType::kF16>(job, LookedUpActivation<DType::kF16>{job.activation}, r0, r1, c0, c1);
     return glu_rows_to<DType::kBF16>(job, LookedUpActivation<DType::kBF16>{job.activation}, r0, r1, c0, c1);

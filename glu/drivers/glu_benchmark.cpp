@@ -32,7 +32,7 @@ std::vector<fa::cli::FlagSpec> flags() {
       {"dtype", K::kString, "bf16|fp16|fp32", "dtype of the input (default bf16)"},
       {"out-dtype", K::kString, "bf16|fp16|fp32", "dtype of the output (default: --dtype)"},
       {"stream", K::kString, "auto|on|off", "the output through non-temporal stores (default auto: when input and output exceed the last-level cache)"},
-      {"activation", K::kString, "table|computed", "fp16/bf16 gates on the AVX-512 paths: act(g) read from a table of every gate value, or computed (default table)"},
+      {"activation", K::kString, "table|computed", "fp16/bf16 gates on the AVX2 and AVX-512 paths: act(g) read from a table of every gate value, or computed (default table)"},
   }, "the output", "write the output as [rows, hidden] in its dtype");
 }
 

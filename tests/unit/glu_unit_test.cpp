@@ -128,8 +128,8 @@ TEST_P(GluPaths, GatesAcrossEveryIntervalAndEdge) {
 // Every one of the 65536 fp16 or bf16 gate values (infinities, NaNs and
 // subnormals among them), with an up half in [-1, 1): the float64
 // reference holds, and an output whose act(g) came from the table
-// (GluParams::lookup_activation, the AVX-512 paths) has the bits of the
-// computed one.
+// (GluParams::lookup_activation, the AVX2 and AVX-512 paths) has the bits
+// of the computed one.
 TEST_P(GluPaths, EveryHalfPrecisionGateLookedUpAsComputed) {
   const DType dtype = std::get<1>(GetParam());
   if (dtype == DType::kF32) GTEST_SKIP() << "fp32 gates are always computed";
@@ -148,8 +148,8 @@ TEST_P(GluPaths, EveryHalfPrecisionGateLookedUpAsComputed) {
   b.ref.resize(kValues);
   fa::GluParams p = fa::cli::glu_params(c);
   ASSERT_TRUE(fa::glu_reference(p, b.tensors, b.ref.data()).ok());
-  const bool avx512 = isa() == fa::Isa::kAvx512 || isa() == fa::Isa::kAvx512Bf16;
-  EXPECT_EQ(fa::glu_uses_activation_table(p, dtype), avx512 && c.params.kind != GluKind::kReGlu);
+  const bool gathers = isa() == fa::Isa::kAvx2 || isa() == fa::Isa::kAvx512 || isa() == fa::Isa::kAvx512Bf16;
+  EXPECT_EQ(fa::glu_uses_activation_table(p, dtype), gathers && c.params.kind != GluKind::kReGlu);
   p.lookup_activation = false;
   EXPECT_FALSE(fa::glu_uses_activation_table(p, dtype));
   ASSERT_TRUE(fa::glu_forward(p, b.tensors).ok());

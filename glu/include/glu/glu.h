@@ -43,10 +43,10 @@ struct GluParams {
   // non-temporal stores, around the caches.  Unset: when the call's x and y
   // exceed the last-level cache.
   std::optional<bool> stream_output;
-  // fp16 and bf16 gates on the AVX-512 paths: act(g) read from a table of
-  // its value at every one of the 65536 gate values, which the path's own
-  // vector code computes once a process (under a millisecond, 256 KiB a
-  // table), so the outputs are the same bits either way.  A gather
+  // fp16 and bf16 gates on the AVX2 and AVX-512 paths: act(g) read from a
+  // table of its value at every one of the 65536 gate values, which the
+  // path's own vector code computes once a process (under a millisecond,
+  // 256 KiB a table), so the outputs are the same bits either way.  A gather
   // replaces the activation's 20-35 vector operations; inputs whose gates
   // spread over the whole table (random bits) make it slower than
   // computing.  false: always computed.
