@@ -174,10 +174,9 @@ void ThreadPool::run(std::int64_t num_items, int threads, ItemFn fn, void* conte
   }
   start_cv_.notify_all();
   drain(0);
-  const int helpers_running = active_workers_;
-  if (spin_until([&] { return finished_workers_.load(std::memory_order_acquire) == helpers_running; })) return;
+  if (spin_until([&] { return finished_workers_.load(std::memory_order_acquire) == helpers; })) return;
   std::unique_lock<std::mutex> lock(mutex_);
-  done_cv_.wait(lock, [&] { return finished_workers_.load(std::memory_order_relaxed) == active_workers_; });
+  done_cv_.wait(lock, [&] { return finished_workers_.load(std::memory_order_relaxed) == helpers; });
 }
 
 }  // namespace fa::detail
