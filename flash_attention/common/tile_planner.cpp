@@ -45,6 +45,14 @@ namespace {
 // The longest queries (rows a head) whose GQA groups share one tile
 // (TilePlan::pack_tile): beyond, a head's own tiles fill their lanes.
 constexpr std::int64_t kPackTileMaxRows = 32;
+// Where the tile unit reads K/V rows in place, a group of longer queries
+// shares one tile too while the group's rows fill at most one 256-row tile
+// (kPackRowsTileMaxRows): GQA 32/8 at 64 queries then reads K/V once where
+// each head's own tile read a packed copy (0.80-0.88x the time); at 512 rows
+// a group takes two such tiles, each reading K/V anew, and the packed copy
+// shared by every head's tiles is level (64/8 at 64 queries) or faster
+// (0.85-0.92x at 128 queries; Xeon with AMX, docs/PERF.md).
+constexpr std::int64_t kPackRowsTileMaxRows = 256;
 
 std::size_t parse_cache_size(const std::string& text) {
   std::size_t value = 0;
@@ -307,7 +315,8 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // widened to fp32: 5 to 8 query rows 1.7-2.9x faster on the row path (8/8),
   // 1.3-1.5x at 5 rows of 32/8, level at 8 (Zen 4, docs/PERF.md).  fp16
   // with no group to pack takes the FMA row path up to 8 rows on 16 lanes
-  // (kRowPathHalfRows: 0.4-0.6x the time of the half-empty 16-row tile).
+  // (kRowPathHalfRows: 0.4-0.6x the time of the half-empty 16-row tile on
+  // Zen 4; on the amx path 0.42-0.63x that of the tile of two bf16 pieces).
   const bool row_dot = detail::row_path_has_pair_products(isa, dtype, kv_dtype, p.head_dim);
   const int row_rows = detail::row_path_max_rows(isa, dtype, kv_dtype, p.head_dim, group);
   // Where the tile unit reads K/V rows in place, a group of 2 to 7 rows
@@ -327,7 +336,16 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   const int rows_tile_min = kv_dtype == DType::kI8 ? 8 : 2;
   const int pair_min_rows = rows_tile ? rows_tile_min : row_dot || fp16_pieces ? 9 : 8;
   const bool pair_rows = matrix && (kv_dtype == dtype || rows_tile) && group * longest_q >= pair_min_rows;
-  bool pack_tile = version != Version::kFA1 && group > 1 && longest_q <= kPackTileMaxRows &&
+  // A quantized cache read as rows (int8 or FP8 with bf16 Q, widened tile by
+  // tile) takes the packed tile at any length, with a group or without: its
+  // other tile loops run FMA products on tiles widened to fp32 (bf16 Q,
+  // 4096 keys, BNSD, Xeon with AMX: 8/8 at 8 queries 0.32x the time, at 256
+  // 0.32x; 32/8 at 64 queries 0.23-0.28x; causal prefill of 2048 0.31-0.33x,
+  // then 1.6x the bf16 cache's time; docs/PERF.md).
+  const bool group_fits_rows_tile = rows_tile && group * longest_q <= kPackRowsTileMaxRows;
+  const bool quantized_rows_tile = rows_tile && kv_dtype != dtype;
+  bool pack_tile = version != Version::kFA1 && (group > 1 || quantized_rows_tile) &&
+                   (longest_q <= kPackTileMaxRows || group_fits_rows_tile || quantized_rows_tile) &&
                    (longest_q > row_rows || pair_rows);
   int tq = p.tile_q != 0 ? p.tile_q : detail::kDefaultTileQ;
   int tkv = p.tile_kv != 0 ? p.tile_kv : detail::kDefaultTileKv;

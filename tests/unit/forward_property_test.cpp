@@ -318,6 +318,16 @@ const KvRowsCase kKvRowsCases[] = {
      false, 0.0f, DType::kI8},
     {"int8_group8_head_dim_256", Layout::kBNSD, 1, 1, 270, 16, 2, 256, 0, 0, {}, false, false, false, false, 0.0f,
      DType::kI8},
+    // Longer queries whose group fills one 256-row tile (64 queries of 4
+    // heads), and a quantized cache at any length, with or without a group:
+    // 40 rows of one head, 100 queries of 4 heads (two tiles of a group).
+    {"group4_rows256_causal", Layout::kBNSD, 1, 64, 300, 8, 2, 128, 0, 0, {}, true, false, false, false, 0.0f},
+    {"int8_no_group_rows40_causal_sinks", Layout::kBNSD, 2, 40, 333, 2, 2, 128, 0, 0, {}, true, true, false, false, 0.0f,
+     DType::kI8},
+    {"fp8_e4m3_group4_rows400_paged", Layout::kBNSD, 1, 100, 517, 8, 2, 96, 0, 64, {}, false, false, false, false, 0.0f,
+     DType::kFP8E4M3},
+    {"fp8_e5m2_bsh_rows128_causal_alibi", Layout::kBSH, 1, 64, 300, 4, 2, 64, 0, 0, {}, true, false, true, false, 0.0f,
+     DType::kFP8E5M2},
 };
 
 class KvRows : public ::testing::TestWithParam<int> {};
