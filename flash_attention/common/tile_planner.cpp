@@ -53,6 +53,12 @@ constexpr std::int64_t kPackTileMaxRows = 32;
 // shared by every head's tiles is level (64/8 at 64 queries) or faster
 // (0.85-0.92x at 128 queries; Xeon with AMX, docs/PERF.md).
 constexpr std::int64_t kPackRowsTileMaxRows = 256;
+// fp16 on the tile unit (two bf16 pieces) packs its K/V tile by tile either
+// way; a group of up to 512 rows in packed tiles packs each K/V tile once
+// for the group where the heads' own tiles each read a packed copy of the
+// whole K/V: 32/8 at 64 queries 0.58-0.64x the time, 64/8 at 64 0.71-0.75x,
+// 16/8 and 32/8 at 128 0.79-0.89x; at 1024 rows level (Xeon with AMX).
+constexpr std::int64_t kPackPiecesMaxRows = 512;
 
 std::size_t parse_cache_size(const std::string& text) {
   std::size_t value = 0;
@@ -342,7 +348,8 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // 4096 keys, BNSD, Xeon with AMX: 8/8 at 8 queries 0.32x the time, at 256
   // 0.32x; 32/8 at 64 queries 0.23-0.28x; causal prefill of 2048 0.31-0.33x,
   // then 1.6x the bf16 cache's time; docs/PERF.md).
-  const bool group_fits_rows_tile = rows_tile && group * longest_q <= kPackRowsTileMaxRows;
+  const bool group_fits_rows_tile = (rows_tile && group * longest_q <= kPackRowsTileMaxRows) ||
+                                    (fp16_pieces && group * longest_q <= kPackPiecesMaxRows);
   const bool quantized_rows_tile = rows_tile && kv_dtype != dtype;
   bool pack_tile = version != Version::kFA1 && (group > 1 || quantized_rows_tile) &&
                    (longest_q <= kPackTileMaxRows || group_fits_rows_tile || quantized_rows_tile) &&

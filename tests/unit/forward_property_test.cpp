@@ -269,14 +269,15 @@ INSTANTIATE_TEST_SUITE_P(PairPaths, SharedKvPacking,
 // below goes that way: a tile's last keys inside a block of 16 (copied, with
 // zeros after them; a cache's keys past its lengths are NaN), split-KV
 // partials, a paged cache, windows, modifiers and dropout (the softmax on
-// fp32 P), head_dims 32 and 256, and 8, 20 and 32 rows a K/V head.  An
+// fp32 P), head_dims 32 and 256, and 8 to 400 rows a K/V head.  An
 // FP8 cache with bf16 Q goes the same way in BNSD, each tile widened into
 // bf16 rows (the last 32 dims of head_dims 32 and 96 read alone), with its
 // per-head descale factors in the score scale and the output; so does an
 // int8 cache from 8 rows a K/V head, its per-key scales on the scores and
 // on P.  Where the
 // K/V heads lie side by side (BSH) one item walks every K/V head of its
-// batch entry together, a tile each.
+// batch entry together, a tile each.  The last case is fp16, whose packed
+// tile holds two bf16 pieces and packs each K/V tile (512 rows a K/V head).
 struct KvRowsCase {
   const char* name;
   Layout layout;
@@ -287,6 +288,7 @@ struct KvRowsCase {
   bool causal, sinks, alibi, dropout;
   float softcap;
   DType kv_dtype = DType::kBF16;
+  DType dtype = DType::kBF16;  // fp16: the packed tile of two bf16 pieces, K/V packed tile by tile
 };
 const KvRowsCase kKvRowsCases[] = {
     {"decode_group8_tail", Layout::kBNSD, 2, 1, 1000, 16, 2, 128, 0, 0, {}, false, false, false, false, 0.0f},
@@ -328,6 +330,9 @@ const KvRowsCase kKvRowsCases[] = {
      DType::kFP8E4M3},
     {"fp8_e5m2_bsh_rows128_causal_alibi", Layout::kBSH, 1, 64, 300, 4, 2, 64, 0, 0, {}, true, false, true, false, 0.0f,
      DType::kFP8E5M2},
+    // fp16 groups of up to 512 rows share packed tiles: 64 queries of 8 heads.
+    {"fp16_group8_rows512_causal_sinks", Layout::kBNSD, 1, 64, 300, 16, 2, 128, 0, 0, {}, true, true, false, false, 0.0f,
+     DType::kF16, DType::kF16},
 };
 
 class KvRows : public ::testing::TestWithParam<int> {};
@@ -337,7 +342,7 @@ TEST_P(KvRows, MatchesFloat64Reference) {
   if (kFa1) GTEST_SKIP() << "FA1 runs the vector loop on every path";
   const KvRowsCase& k = kKvRowsCases[GetParam()];
   CaseSpec c;
-  c.dtype = DType::kBF16;
+  c.dtype = k.dtype;
   c.layout = k.layout;
   c.mask = k.causal ? MaskMode::kCausal : MaskMode::kNone;
   c.seed = 4242u + static_cast<std::uint32_t>(GetParam());
@@ -345,7 +350,7 @@ TEST_P(KvRows, MatchesFloat64Reference) {
   c.cache_seqlens_kv = k.cache_seqlens_kv;
   c.with_sinks = k.sinks;
   c.with_alibi = k.alibi;
-  if (k.kv_dtype != DType::kBF16) c.kv_dtype = k.kv_dtype;
+  if (k.kv_dtype != k.dtype) c.kv_dtype = k.kv_dtype;
   fa::AttentionParams& p = c.params;
   p.batch = k.batch;
   p.seq_q = k.seq_q;
@@ -1152,7 +1157,7 @@ TEST_P(EdgeCases, ShortQueriesAtWholeVectorsOfPairs) {
       EXPECT_EQ(plan.row_rows, 8) << where;
     } else {
       // fp16 with no group to pack, 16 lanes: up to 8 rows (kRowPathHalfRows).
-      const bool lanes16 = isa() == fa::Isa::kAvx512 || isa() == fa::Isa::kAvx512Bf16;
+      const bool lanes16 = isa() == fa::Isa::kAvx512 || isa() == fa::Isa::kAvx512Bf16 || isa() == fa::Isa::kAmx;
       const bool half_rows = lanes16 && dtype() == DType::kF16 && s.heads == s.kv_heads;
       EXPECT_EQ(plan.row_rows, half_rows ? 8 : 4) << where;
     }
