@@ -187,6 +187,7 @@ bool time_stages_typed(const testing::StageConfig& cfg, testing::StageReport* ou
   job.v = v;
   job.o = o;
   job.dtype = DT;
+  job.kv_dtype = DT;  // else the pair path declines the job (pair_tile_path_fits) and the FMA loop runs it
   job.o_dtype = DT;
   job.batch = 1;
   job.seq_q = tq;
