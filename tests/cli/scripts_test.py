@@ -249,11 +249,32 @@ def case_shape_sweep_small_grid(binary, d):
         assert "chart skipped: matplotlib not importable" in p.stdout, p.stdout
 
 
+def case_shape_sweep_quantized_cache(binary, d):
+    """--kv-dtypes: each 16-bit Q dtype beside each cache dtype asked for
+    (fp32 Q with its own K/V only), the cache's dtype in the CSV and in the
+    names of the lines."""
+    out = os.path.join(d, "sweep")
+    p = run([sys.executable, SWEEP, f"--benchmark={binary}", f"--out={out}", "--head-dims=64", "--seq-q=8",
+             "--gqa=4", "--seq-kv=128", "--prefill-seq=64", "--dtypes=fp32,bf16", "--kv-dtypes=same,int8",
+             "--causal=on", "--runs=1", "--no-chart"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    import csv
+    with open(os.path.join(out, "shape_sweep.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["dtype"], r["kv_dtype"], r["slice"]) for r in rows] == \
+        [("fp32", "fp32", "head_dim"), ("fp32", "fp32", "seq_q"), ("bf16", "bf16", "head_dim"),
+         ("bf16", "bf16", "seq_q"), ("bf16", "int8", "head_dim"), ("bf16", "int8", "seq_q")], rows
+    assert all(r["status"] == "OK" and float(r["share"]) > 0 for r in rows), rows
+    assert len(re.findall(r"^\[\d+/6\] auto bf16/int8 causal ", p.stdout, re.M)) == 2, p.stdout
+
+
 def case_shape_sweep_rejects_bad_input(binary, d):
     out = os.path.join(d, "sweep")
     for args, text in ((["--head-dims=12"], "--head-dims: every head_dim must be a multiple of 8"),
                        (["--head-dims=8,x"], "--head-dims: '8,x' is not a comma-separated list"),
                        (["--dtypes=int4"], "--dtypes: 'int4'"),
+                       (["--kv-dtypes=int4"], "--kv-dtypes: 'int4'"),
+                       (["--kv-dtypes=int8", "--dtypes=fp32"], "--kv-dtypes: a quantized cache is read with fp16 or bf16 Q"),
                        (["--isas=npu"], "--isas: 'npu'"),
                        (["--runs=0"], "--runs must be >= 1"),
                        (["--passes=0"], "--passes must be >= 1"),
