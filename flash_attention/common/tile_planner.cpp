@@ -322,7 +322,8 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // 1.3-1.5x at 5 rows of 32/8, level at 8 (Zen 4, docs/PERF.md).  fp16
   // with no group to pack takes the FMA row path up to 8 rows on 16 lanes
   // (kRowPathHalfRows: 0.4-0.6x the time of the half-empty 16-row tile on
-  // Zen 4; on the amx path 0.42-0.63x that of the tile of two bf16 pieces).
+  // Zen 4; on the amx path 0.42-0.63x that of the tile of two bf16 pieces),
+  // over its own K/V or an int8 or FP8 cache.
   const bool row_dot = detail::row_path_has_pair_products(isa, dtype, kv_dtype, p.head_dim);
   const int row_rows = detail::row_path_max_rows(isa, dtype, kv_dtype, p.head_dim, group);
   // Where the tile unit reads K/V rows in place, a group of 2 to 7 rows

@@ -27,6 +27,9 @@ namespace fa::detail {
 // tile loop left half of a 16-row tile's lanes idle, and the row path in
 // two blocks of 4 rows took 0.4-0.6x its time (8 heads, 4096 keys, Zen 4;
 // on the amx path 0.42-0.63x that of the tile of two bf16 pieces, Xeon);
+// so do fp16 queries over an int8 or FP8 cache (on the Xeon, 8 rows:
+// 0.34-0.56x the FMA tile loop's time on amx, 0.42-0.50x on avx512 and
+// avx512bf16's int8);
 // packed GQA groups of 8 rows, bf16 without pair products and fp32 gained
 // nothing or lost there, and keep 4.
 inline constexpr int kRowPathMaxRows = 4;
@@ -53,7 +56,7 @@ static constexpr bool tile_reads_kv_rows(Isa isa, DType dtype, DType kv_dtype, s
 static constexpr int row_path_max_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim, std::int64_t group) {
   if (row_path_has_pair_products(isa, dtype, kv_dtype, head_dim)) return kRowPathPairRows;
   const bool lanes16 = isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16 || isa == Isa::kAmx;
-  if (lanes16 && dtype == DType::kF16 && kv_dtype == DType::kF16 && group == 1) return kRowPathHalfRows;
+  if (lanes16 && dtype == DType::kF16 && (kv_dtype == DType::kF16 || kv_dtype == DType::kI8 || is_fp8(kv_dtype)) && group == 1) return kRowPathHalfRows;
   return kRowPathMaxRows;
 }
 

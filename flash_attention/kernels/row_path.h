@@ -942,7 +942,19 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
   constexpr bool kSplitQ = DT == DType::kF16;
   // fp16 Q's probabilities as two bf16 rows each (pv_fp8_chunk), so each row takes 2 ldp.
   const std::int64_t ldp8 = kSplitQ ? 2 * ldp : ldp;
-  const bool fp8dot = kFp8Types && std::int64_t(head_rows) * ldp8 <= 2 * std::int64_t(tkv) * D;
+  // On the CPUs with the tile unit (Intel's), VDPBF16PS issues at half the
+  // rate of the two FMA units, so the pair products win only where they
+  // save the most widening: one query row a K/V head.  From 2 rows the FMA
+  // products on codes widened to fp32 take their place (fp16 Q, 32768 keys,
+  // BNSD, Xeon with AMX: 1 row 1.18x the time, 2 rows 0.94x, 4 rows 0.66x,
+  // 8 rows 0.62x; docs/PERF.md).  (bf16 Q with 2 rows or more takes the
+  // tile unit, pair_path_runs.)
+#if defined(FA_HAVE_AMX) && !FA_AMX_EMULATION
+  constexpr int kFp8DotMaxRows = 1;
+#else
+  constexpr int kFp8DotMaxRows = 1 << 30;
+#endif
+  const bool fp8dot = kFp8Types && head_rows <= kFp8DotMaxRows && std::int64_t(head_rows) * ldp8 <= 2 * std::int64_t(tkv) * D;
   Fp8Bf16Table fp8_table{};
   if constexpr (kFp8Types) fp8_table = Fp8Bf16Table::of<KDT>();
   // head_dim padded to 64: Q's bf16 rows and O in place of the fp32 rows

@@ -1213,7 +1213,9 @@ TEST_P(EdgeCases, Int8CacheOnTheRowPath) {
   if (dtype() == DType::kF32) GTEST_SKIP() << "a quantized cache is read with fp16 or bf16 Q";
   for (const CacheShape& s : {CacheShape{1, 8, 8, 8, 77, 1, 0, Layout::kBNSD}, CacheShape{1, 32, 8, 40, 333, 3, 0, Layout::kBSH},
                               CacheShape{2, 8, 4, 80, 129, 2, 32, Layout::kBSH}, CacheShape{4, 4, 1, 96, 301, 1, 0, Layout::kBSND},
-                              CacheShape{1, 16, 4, 136, 200, 1, 16, Layout::kBNSD}, CacheShape{3, 6, 2, 256, 95, 2, 0, Layout::kBSH}}) {
+                              CacheShape{1, 16, 4, 136, 200, 1, 16, Layout::kBNSD}, CacheShape{3, 6, 2, 256, 95, 2, 0, Layout::kBSH},
+                              // 5 to 8 rows of one head (fp16 Q keeps them on the row path on 16 lanes)
+                              CacheShape{8, 4, 4, 128, 150, 1, 0, Layout::kBNSD}, CacheShape{6, 4, 4, 64, 99, 2, 0, Layout::kBSH}}) {
     const CaseSpec c = cache_case(s, dtype(), DType::kI8, isa(), 900 + s.head_dim, /*sinks=*/s.head_dim == 80);
     const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
     ASSERT_TRUE(r.status.ok()) << r.status.message();
