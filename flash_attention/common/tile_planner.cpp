@@ -57,7 +57,9 @@ constexpr std::int64_t kPackRowsTileMaxRows = 256;
 // way; a group of up to 512 rows in packed tiles packs each K/V tile once
 // for the group where the heads' own tiles each read a packed copy of the
 // whole K/V: 32/8 at 64 queries 0.58-0.64x the time, 64/8 at 64 0.71-0.75x,
-// 16/8 and 32/8 at 128 0.79-0.89x; at 1024 rows level (Xeon with AMX).
+// 16/8 and 32/8 at 128 0.79-0.89x; at 1024 rows level (Xeon with AMX).  So
+// does fp16 Q over an int8 or FP8 cache, whose tiles (packed or a head's
+// own) run the FMA loop: 32/8 and 64/8 at 64 queries 0.81-0.95x the time.
 constexpr std::int64_t kPackPiecesMaxRows = 512;
 
 std::size_t parse_cache_size(const std::string& text) {
