@@ -2,10 +2,9 @@
 // (flash_attention/kernels/vec_*.h, `Vec`, whose exp2 the softmax uses) and
 // the shared vector loads and stores (vec_io.h), compiled per path by
 // kernels/glu_<path>.cpp inside its own FA_KERNEL_NS, templated on where
-// act(g) comes from (ComputedActivation, or on the AVX-512 paths
-// LookedUpActivation on the AVX2 and AVX-512 paths: a gather from glu.cpp's
-// table of act at every 16-bit gate value, which this same code computed)
-// and on x's and y's dtypes.
+// act(g) comes from (ComputedActivation, or on the AVX2 and AVX-512 paths
+// LookedUpActivation: a gather from glu.cpp's table of act at every 16-bit
+// gate value, which this same code computed) and on x's and y's dtypes.
 //
 // The sigmoids: on the AVX-512 paths g / (1 + 2^x) as written, with an
 // exp2 of their own that takes any argument; elsewhere the softmax's exp2,

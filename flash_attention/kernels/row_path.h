@@ -950,11 +950,12 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
   // 8 rows 0.62x; docs/PERF.md).  (bf16 Q with 2 rows or more takes the
   // tile unit, pair_path_runs.)
 #if defined(FA_HAVE_AMX) && !FA_AMX_EMULATION
-  constexpr int kFp8DotMaxRows = 1;
+  constexpr bool kFp8DotOneRowOnly = true;
 #else
-  constexpr int kFp8DotMaxRows = 1 << 30;
+  constexpr bool kFp8DotOneRowOnly = false;
 #endif
-  const bool fp8dot = kFp8Types && head_rows <= kFp8DotMaxRows && std::int64_t(head_rows) * ldp8 <= 2 * std::int64_t(tkv) * D;
+  const bool fp8dot = kFp8Types && (!kFp8DotOneRowOnly || head_rows == 1) &&
+                      std::int64_t(head_rows) * ldp8 <= 2 * std::int64_t(tkv) * D;
   Fp8Bf16Table fp8_table{};
   if constexpr (kFp8Types) fp8_table = Fp8Bf16Table::of<KDT>();
   // head_dim padded to 64: Q's bf16 rows and O in place of the fp32 rows
