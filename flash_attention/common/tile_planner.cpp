@@ -337,13 +337,23 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // fp16 on the tile unit runs as two bf16 pieces, packed tile by tile (half
   // the time of GQA 64/8 decoding went to that packing): up to 8 rows the
   // FMA row path takes 0.55x its time, at 16 the two are level and at 32 the
-  // tile takes 0.67x (BNSD, 32768 keys, Xeon with AMX, docs/PERF.md).
+  // tile takes 0.67x (BNSD, 32768 keys, Xeon with AMX, docs/PERF.md).  The
+  // tile reading rows of pieces (below) is faster, and the row path still
+  // takes 0.76-0.82x its time at 8 rows (64/8 decoding, BNSD and BSH).
   const bool fp16_pieces = isa == Isa::kAmx && dtype == DType::kF16;
   // An int8 cache's row path multiplies int16 Q and P with VPDPWSSD: at 4
   // rows (GQA 32/8 decoding) it took 0.7-0.8x the tile's time, at 8 (64/8)
   // 1.2-1.3x (BNSD, 32768 keys, Xeon with AMX, docs/PERF.md).
   const int rows_tile_min = kv_dtype == DType::kI8 ? 8 : 2;
   const int pair_min_rows = rows_tile ? rows_tile_min : row_dot || fp16_pieces ? 9 : 8;
+  // fp16 groups of 9 to 32 rows on the tile unit read K/V as rows too, each
+  // tile widened into two bf16 pieces a value (detail::fp16_tile_reads_rows;
+  // 0.77-0.86x the packed tile's time in BNSD at 16 to 32 rows, 32768 keys):
+  // the tile rules below that keep a rows tile's lines in L1 (32 keys: the
+  // widened K and V take 1 KiB a key at head_dim 128; 0.89-0.90x the time
+  // of the table's 256) and walk a BSH item's K/V heads together (0.58-0.70x
+  // the packed tile's time) hold for them.
+  const bool fp16_rows_tile = detail::fp16_tile_reads_rows(isa, dtype, kv_dtype, p.head_dim, group, longest_q);
   const bool pair_rows = matrix && (kv_dtype == dtype || rows_tile) && group * longest_q >= pair_min_rows;
   // A quantized cache read as rows (int8 or FP8 with bf16 Q, widened tile by
   // tile) takes the packed tile at any length, with a group or without: its
@@ -427,8 +437,8 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // against 65-68%; in BSH 32 keys 64-66%, 64 keys 47-48%; over an FP8
   // cache 32 keys took 0.75x the time of 64 (docs/PERF.md).  Table tiles
   // only.
-  if (kv_from_table && pack_tile && rows_tile) {
-    tkv = std::min(tkv, kv_dtype != dtype || p.kv_heads_side_by_side ? 32 : 64);
+  if (kv_from_table && pack_tile && (rows_tile || fp16_rows_tile)) {
+    tkv = std::min(tkv, kv_dtype != dtype || p.kv_heads_side_by_side || fp16_rows_tile ? 32 : 64);
   }
   plan->tile_q = tq;
   plan->tile_kv = tkv;
@@ -456,7 +466,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // tile's token rows whole; split-KV supplies the parallelism.  As many
   // heads as keep their tiles' Q and O (bf16 and fp32) within half the L2:
   // every head's at decoding, fewer for long groups at large head_dims.
-  if (pack_tile && p.kv_heads_side_by_side && rows_tile) {
+  if (pack_tile && p.kv_heads_side_by_side && (rows_tile || fp16_rows_tile)) {
     const std::size_t state_bytes = std::size_t(tq) * std::size_t(tile_dims) * (2 + 4);
     const std::int64_t fit = std::max<std::int64_t>(1, std::int64_t(limit / 2 / state_bytes));
     std::int64_t n = std::min<std::int64_t>({p.kv_heads(), detail::kMaxTileKvHeads, fit});

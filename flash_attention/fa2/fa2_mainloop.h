@@ -91,7 +91,7 @@ inline Workspace carve_tile_workspace(const AttentionJob& job, float* scratch) {
 inline std::size_t q_tile_workspace_floats(const AttentionJob& job) {
   const int tq = job.tile_q, tkv = job.tile_kv, D = tile_workspace_dims(job);
 #if defined(FA_HAVE_BF16_PAIRS)
-  return pair_workspace_floats(tq, tkv, D);
+  return pair_workspace_floats(tq, tkv, D, job.dtype);
 #else
   return Workspace::floats(tq, tkv, D);
 #endif

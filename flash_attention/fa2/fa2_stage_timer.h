@@ -110,7 +110,7 @@ template <DType DT>
 bool time_stages_typed(const testing::StageConfig& cfg, testing::StageReport* out) {
   const int D = cfg.head_dim, tq = cfg.tile_q, tkv = cfg.tile_kv, nvec = tq / Vec::W;
 #if defined(FA_HAVE_BF16_PAIRS)
-  const std::size_t scratch_floats = pair_workspace_floats(tq, tkv, D);
+  const std::size_t scratch_floats = pair_workspace_floats(tq, tkv, D, DT);
 #else
   const std::size_t scratch_floats = Workspace::floats(tq, tkv, D);
 #endif

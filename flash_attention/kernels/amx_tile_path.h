@@ -304,6 +304,56 @@ inline void amx_scores_rows(const char* k, std::int64_t k_row_bytes, const std::
   }
 }
 
+// fp16 K read as rows: Sᵀ of K's two bf16 pieces a value (the rows
+// PairTileSteps::widen_fp16_rows writes, k_lo bytes after K's hi rows)
+// against Q's (pack_q_pairs; its lo piece q_lo pairs on), as Khi·Qhiᵀ +
+// Khi·Qloᵀ + Klo·Qhiᵀ in one accumulator (the pieces path's three products,
+// bf16_pair_path.h).  16 query rows a pass: the B tiles hold Q's two pieces.
+inline void amx_scores_rows_pieces(const char* k, std::int64_t k_lo, std::int64_t k_row_bytes, const std::uint32_t* qb,
+                                   std::int64_t q_lo, int tq, int D, int cols, int width, float* st, const KeySpan* spans,
+                                   KvLineStream* next) {
+  const std::int64_t sts = std::int64_t(tq) * 4;
+  const int share = next ? next->third_per_step(((cols + 31) / 32) * ((width + 15) / 16) * (D / 32) * 2) : 0;
+  for (int c0 = 0; c0 < cols; c0 += 32) {
+    const bool keys2 = c0 + 32 <= cols;  // else the last 16 keys
+    const char* k0 = k + std::int64_t(c0) * k_row_bytes;
+    const char* k1 = k0 + 16 * k_row_bytes;
+    float* s0 = st + std::int64_t(c0) * tq;
+    float* s1 = s0 + 16 * std::int64_t(tq);
+    for (int r0 = 0; r0 < width; r0 += 16) {
+      if (!touches(rows_key_span(spans, r0, 16, cols), c0)) {
+        if (next) next->issue(share * (D / 32) * 2);
+        continue;
+      }
+      FA_TILE_ZERO(0);
+      FA_TILE_ZERO(2);
+      for (int d0 = 0; d0 < D; d0 += 32) {
+        const std::uint32_t* q0 = qb + (std::int64_t(r0 / 16) * (D / 2) + d0 / 2) * 16;
+        FA_TILE_LOAD(6, q0, 64);
+        FA_TILE_LOAD(7, q0 + q_lo, 64);
+        FA_TILE_LOAD(4, k0 + d0 * 2, k_row_bytes);
+        FA_TILE_DOT(0, 4, 6);
+        FA_TILE_DOT(0, 4, 7);
+        if (keys2) {
+          FA_TILE_LOAD(5, k1 + d0 * 2, k_row_bytes);
+          FA_TILE_DOT(2, 5, 6);
+          FA_TILE_DOT(2, 5, 7);
+        }
+        if (next) next->issue(share);
+        FA_TILE_LOAD(4, k0 + k_lo + d0 * 2, k_row_bytes);
+        FA_TILE_DOT(0, 4, 6);
+        if (keys2) {
+          FA_TILE_LOAD(5, k1 + k_lo + d0 * 2, k_row_bytes);
+          FA_TILE_DOT(2, 5, 6);
+        }
+        if (next) next->issue(share);
+      }
+      FA_TILE_STORE(0, s0 + r0, sts);
+      if (keys2) FA_TILE_STORE(2, s1 + r0, sts);
+    }
+  }
+}
+
 // Sᵀ of an int8 cache's K codes read where they lie, for one block of at most
 // 16 query rows, in the tile unit's int8 products: Q's rows as int16 in two
 // byte pieces (pack_q_int16_pieces: the high one signed, the low one
@@ -405,25 +455,98 @@ inline void rows_products(const std::uint32_t* spread, int keys, const char* v, 
   }
 }
 
+// rows_products for fp16's two pieces: P's spread hi and lo tiles
+// (`spread_lo` pairs after the hi ones) against V's hi rows, and P's hi
+// tiles against V's lo rows (`v_lo` bytes after the hi ones): Phi·Vhi +
+// Plo·Vhi + Phi·Vlo.  With `halves`, C tile j takes the 32 dims from 32 j
+// (N of them); else C tiles 2 j and 2 j + 1 take the even and odd dims of
+// 32-dim block j (N / 2 blocks).
+#define FA_PIECES_HALF_BLOCK(C, J)                                  \
+  FA_TILE_LOAD(6, vc + (J) * 64, v_row_bytes);                      \
+  FA_TILE_DOT(C, 4, 6);                                             \
+  FA_TILE_DOT(C, 5, 6);                                             \
+  FA_TILE_LOAD(7, vc + v_lo + (J) * 64, v_row_bytes);               \
+  FA_TILE_DOT(C, 4, 7);                                             \
+  if (next) next->issue(share)
+template <int N, bool kHalves>
+inline void rows_products_pieces(const std::uint32_t* spread, std::int64_t spread_lo, int keys, const char* v,
+                                 std::int64_t v_lo, std::int64_t v_row_bytes, KvLineStream* next, int share) {
+  static_assert(N >= 1 && N <= 4 && (kHalves || N % 2 == 0));
+  for (int c = 0; c < keys; c += 16) {
+    const char* vc = v + std::int64_t(c) * v_row_bytes;
+    if constexpr (kHalves) {
+      const std::uint32_t* a = spread + std::int64_t(c / 16) * 256;
+      FA_TILE_LOAD(4, a, 64);
+      FA_TILE_LOAD(5, a + spread_lo, 64);
+      FA_PIECES_HALF_BLOCK(0, 0);
+      if constexpr (N > 1) { FA_PIECES_HALF_BLOCK(1, 1); }
+      if constexpr (N > 2) { FA_PIECES_HALF_BLOCK(2, 2); }
+      if constexpr (N > 3) { FA_PIECES_HALF_BLOCK(3, 3); }
+    } else {
+      const std::uint32_t* a = spread + std::int64_t(c / 16) * 512;
+      // P's hi pieces (even and odd halves) against V's hi and lo rows.
+      FA_TILE_LOAD(4, a, 64);
+      FA_TILE_LOAD(5, a + 256, 64);
+      FA_TILE_LOAD(6, vc, v_row_bytes);
+      FA_TILE_DOT(0, 4, 6);
+      FA_TILE_DOT(1, 5, 6);
+      FA_TILE_LOAD(7, vc + v_lo, v_row_bytes);
+      FA_TILE_DOT(0, 4, 7);
+      FA_TILE_DOT(1, 5, 7);
+      if (next) next->issue(share);
+      if constexpr (N > 2) {
+        FA_TILE_LOAD(6, vc + 64, v_row_bytes);
+        FA_TILE_DOT(2, 4, 6);
+        FA_TILE_DOT(3, 5, 6);
+        FA_TILE_LOAD(7, vc + v_lo + 64, v_row_bytes);
+        FA_TILE_DOT(2, 4, 7);
+        FA_TILE_DOT(3, 5, 7);
+        if (next) next->issue(share);
+      }
+      // P's lo pieces against V's hi rows.
+      FA_TILE_LOAD(4, a + spread_lo, 64);
+      FA_TILE_LOAD(5, a + spread_lo + 256, 64);
+      FA_TILE_LOAD(6, vc, v_row_bytes);
+      FA_TILE_DOT(0, 4, 6);
+      FA_TILE_DOT(1, 5, 6);
+      if constexpr (N > 2) {
+        FA_TILE_LOAD(7, vc + 64, v_row_bytes);
+        FA_TILE_DOT(2, 4, 7);
+        FA_TILE_DOT(3, 5, 7);
+      }
+    }
+  }
+}
+#undef FA_PIECES_HALF_BLOCK
+
 // O[r][d] (+)= sum_c P[r][c] V[c][d] for r < width, d < D, c < cols (a
 // multiple of 16), in RowTiles' order (O = the sum, without reading it, when
 // `fresh`); V's bf16 rows v_row_bytes apart (as K's in amx_scores_rows); P
 // in pack_p_pairs' order (ldp pairs a row block), spread `chunk` keys at a
 // time (a multiple of 32) into `spread` (chunk * 32 32-bit pairs, 64-byte
 // aligned).
-inline void amx_accumulate_rows(const char* v, std::int64_t v_row_bytes, const std::uint32_t* pb, int ldp,
-                                std::uint32_t* spread, int chunk, const RowTiles& o, int cols, int width, bool fresh,
-                                KvLineStream* next) {
+// With fp16's two pieces (kP = 2): V's lo rows `v_lo` bytes after its hi
+// ones, P's lo pairs `p_lo` after its hi ones, and `spread` holding both
+// pieces' tiles (twice the room).
+template <int kP>
+inline void amx_accumulate_rows(const char* v, std::int64_t v_lo, std::int64_t v_row_bytes, const std::uint32_t* pb,
+                                std::int64_t p_lo, int ldp, std::uint32_t* spread, int chunk, const RowTiles& o, int cols,
+                                int width, bool fresh, KvLineStream* next) {
   const int D = o.D;
   // C tiles a pass: four of 32 dims each (halves), or two 32-dim blocks'
   // even and odd tiles.
   const int pass_dims = o.halves ? 128 : 64;
+  // The lo piece's tiles after the hi ones' (spread_probabilities' layout).
+  const std::int64_t spread_lo = std::int64_t(chunk / 16) * (o.halves ? 256 : 512);
   // A share of the next tile's lines per 32 dims of a 16-key step.
   const int share = next ? next->third_per_step((width / 16) * (cols / 16) * ((D + 31) / 32)) : 0;
   for (int rb = 0; rb < width / 16; ++rb) {
     for (int c0 = 0; c0 < cols; c0 += chunk) {
       const int keys = cols - c0 < chunk ? cols - c0 : chunk;
       spread_probabilities(pb + (std::int64_t(rb) * ldp + c0 / 2) * 16, keys, o.halves, spread);
+      if constexpr (kP == 2) {
+        spread_probabilities(pb + p_lo + (std::int64_t(rb) * ldp + c0 / 2) * 16, keys, o.halves, spread + spread_lo);
+      }
       const bool zero = fresh && c0 == 0;
       for (int d0 = 0; d0 < D; d0 += pass_dims) {
         const int blocks = (D - d0 < pass_dims ? D - d0 : pass_dims) / 32;
@@ -441,7 +564,20 @@ inline void amx_accumulate_rows(const char* v, std::int64_t v_row_bytes, const s
           if (n > 3) FA_TILE_LOAD(3, c + 768, 64);
         }
         const char* vd = v + std::int64_t(c0) * v_row_bytes + d0 * 2;
-        if (o.halves) {
+        if constexpr (kP == 2) {
+          if (o.halves) {
+            switch (n) {
+              case 1: rows_products_pieces<1, true>(spread, spread_lo, keys, vd, v_lo, v_row_bytes, next, share); break;
+              case 2: rows_products_pieces<2, true>(spread, spread_lo, keys, vd, v_lo, v_row_bytes, next, share); break;
+              case 3: rows_products_pieces<3, true>(spread, spread_lo, keys, vd, v_lo, v_row_bytes, next, share); break;
+              default: rows_products_pieces<4, true>(spread, spread_lo, keys, vd, v_lo, v_row_bytes, next, share); break;
+            }
+          } else if (n == 2) {
+            rows_products_pieces<2, false>(spread, spread_lo, keys, vd, v_lo, v_row_bytes, next, share);
+          } else {
+            rows_products_pieces<4, false>(spread, spread_lo, keys, vd, v_lo, v_row_bytes, next, share);
+          }
+        } else if (o.halves) {
           switch (n) {
             case 1: rows_products<1, true>(spread, keys, vd, v_row_bytes, next, share); break;
             case 2: rows_products<2, true>(spread, keys, vd, v_row_bytes, next, share); break;
@@ -557,14 +693,24 @@ struct AmxProducts {
   }
   // bf16 K and V read as rows where they lie, O held in row tiles (above).
   static constexpr bool kReadsKvRows = true;
-  static void scores_rows(const char* k, std::int64_t k_row_bytes, const std::uint32_t* qb, int tq, int D, int cols,
-                          int width, float* st, const KeySpan* spans, KvLineStream* next) {
-    amx_scores_rows(k, k_row_bytes, qb, tq, D, cols, width, st, spans, next);
+  // fp16 read as rows too, each tile widened into two bf16 pieces a value
+  // (kP = 2: k_lo / v_lo bytes from each hi row to its lo row, q_lo / p_lo
+  // pairs from each hi piece to its lo piece).
+  template <int kP>
+  static void scores_rows(const char* k, std::int64_t k_lo, std::int64_t k_row_bytes, const std::uint32_t* qb,
+                          std::int64_t q_lo, int tq, int D, int cols, int width, float* st, const KeySpan* spans,
+                          KvLineStream* next) {
+    if constexpr (kP == 2) {
+      amx_scores_rows_pieces(k, k_lo, k_row_bytes, qb, q_lo, tq, D, cols, width, st, spans, next);
+    } else {
+      amx_scores_rows(k, k_row_bytes, qb, tq, D, cols, width, st, spans, next);
+    }
   }
-  static void accumulate_rows(const char* v, std::int64_t v_row_bytes, const std::uint32_t* pb, int ldp,
-                              std::uint32_t* spread, int chunk, const RowTiles& o, int cols, int width, bool fresh,
-                              KvLineStream* next) {
-    amx_accumulate_rows(v, v_row_bytes, pb, ldp, spread, chunk, o, cols, width, fresh, next);
+  template <int kP>
+  static void accumulate_rows(const char* v, std::int64_t v_lo, std::int64_t v_row_bytes, const std::uint32_t* pb,
+                              std::int64_t p_lo, int ldp, std::uint32_t* spread, int chunk, const RowTiles& o, int cols,
+                              int width, bool fresh, KvLineStream* next) {
+    amx_accumulate_rows<kP>(v, v_lo, v_row_bytes, pb, p_lo, ldp, spread, chunk, o, cols, width, fresh, next);
   }
   // An int8 cache's K codes read where they lie (above).
   static void scores_rows_i8(const char* k, std::int64_t k_row_bytes, const std::uint8_t* q_hi, const std::uint8_t* q_lo,

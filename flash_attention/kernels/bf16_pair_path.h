@@ -64,12 +64,19 @@
 namespace fa::FA_KERNEL_NS {
 
 // The pair path's scratch: the common workspace, then P in bf16 pairs
-// (tile_kv / 2 x tile_q 32-bit pairs, twice for fp16's two pieces) after it.
-inline std::size_t pair_workspace_floats(int tq, int tkv, int D) {
-  return Workspace::floats(tq, tkv, D) + pad16(std::size_t(tkv) * tq);
+// (tile_kv / 2 x tile_q 32-bit pairs, twice for fp16's two pieces) after it,
+// and for fp16 V's tile as rows of two bf16 pieces (fp16_v_rows: K's take
+// the K buffer, PairTileSteps::widen_fp16_rows; V's the room after P, as
+// the V buffer holds P spread for the products).
+inline std::size_t pair_workspace_floats(int tq, int tkv, int D, DType dtype) {
+  return Workspace::floats(tq, tkv, D) + pad16(std::size_t(tkv) * tq) +
+         (dtype == DType::kF16 ? pad16(std::size_t(tkv) * D) : 0);
 }
 inline std::uint32_t* pairs_buffer(const Workspace& w, int tq) {
   return reinterpret_cast<std::uint32_t*>(w.alpha + pad16(tq));
+}
+inline std::uint16_t* fp16_v_rows(const Workspace& w, int tq, int tkv) {
+  return reinterpret_cast<std::uint16_t*>(w.alpha + pad16(tq) + pad16(std::size_t(tkv) * tq));
 }
 
 // The quantized caches this path's build widens into bf16 rows tile by tile
@@ -639,12 +646,17 @@ class PairTileSteps {
   // item anyway (decoding, packed groups, single-tile calls), head_dim is
   // whole A-tile rows (32 dims), and every row starts on a 64-byte boundary.
   // A quantized cache (pair_path_runs: FP8, int8) is always read so, from
-  // the bf16 rows each tile is widened into.
+  // the bf16 rows each tile is widened into; so is fp16, as rows of two bf16
+  // pieces a value (widen_fp16_rows), from 64 dims (P's two pieces spread
+  // for the second product then fit the V buffer).
   static bool reads_rows([[maybe_unused]] const AttentionJob& job, [[maybe_unused]] const TileItem& it) {
-    if constexpr (!Engine::kReadsKvRows || DT != DType::kBF16) {
+    if constexpr (!Engine::kReadsKvRows || (DT != DType::kBF16 && DT != DType::kF16)) {
       return false;
     } else {
       if (job.kv_pack || job.head_dim % 32 != 0) return false;
+      if constexpr (DT == DType::kF16) {
+        return detail::fp16_tile_reads_rows(Isa::kAmx, DT, job.kv_dtype, job.head_dim, job.kv_group, job.seq_q);
+      }
       if (job.kv_dtype != DType::kBF16) return true;
       auto lined_up = [](const char* base, std::int64_t row_elems) {
         return reinterpret_cast<std::uintptr_t>(base) % 64 == 0 && row_elems * 2 % 64 == 0;
@@ -711,7 +723,8 @@ class PairTileSteps {
           return;
         }
 #endif
-        Engine::scores_rows(k_rows_, k_row_bytes_, op_.qb, job_.tile_q, D(), cols16_, width(), w_.st, spans_, &next_);
+        Engine::template scores_rows<kP>(k_rows_, k_lo_bytes_, k_row_bytes_, op_.qb, op_.q_lo, job_.tile_q, D(), cols16_,
+                                         width(), w_.st, spans_, &next_);
         if (k_scales_) scale_key_rows(k_scales_, job_.kv_scale_strides[0][2], width());
         laps.lap(kStageScores);
         return;
@@ -757,8 +770,9 @@ class PairTileSteps {
       if (rows_) {
         if (!fresh) Engine::rescale_rows(w_, row_tiles(), width());
         laps.lap(kStageRescale);
-        Engine::accumulate_rows(v_rows_, v_row_bytes_, op_.pb, tkv / 2, reinterpret_cast<std::uint32_t*>(w_.vbuf),
-                                spread_keys(), row_tiles(), cols16_, width(), fresh, &next_);
+        Engine::template accumulate_rows<kP>(v_rows_, v_lo_bytes_, v_row_bytes_, op_.pb, op_.p_lo, tkv / 2,
+                                             reinterpret_cast<std::uint32_t*>(w_.vbuf), spread_keys(), row_tiles(), cols16_,
+                                             width(), fresh, &next_);
         if (v_nonfinite_) add_nonfinite_v();
         next_.issue(next_.total_lines());
         laps.lap(kStagePv);
@@ -835,6 +849,7 @@ class PairTileSteps {
     v_rows_ = it_.vbase + row * v_row_bytes_;
     v_src_ = v_rows_;
     v_src_bytes_ = v_row_bytes_;
+    if constexpr (DT == DType::kF16) return widen_fp16_rows();
 #if defined(__AVX512VBMI__)
     if (is_fp8(job_.kv_dtype)) return widen_fp8_rows();
     if (job_.kv_dtype == DType::kI8) return widen_int8_rows(row);
@@ -901,6 +916,7 @@ class PairTileSteps {
     switch (job_.kv_dtype) {
       case DType::kFP8E4M3: return detail::fp8_e4m3_to_f32(static_cast<std::uint8_t>(row[d]));
       case DType::kFP8E5M2: return detail::fp8_e5m2_to_f32(static_cast<std::uint8_t>(row[d]));
+      case DType::kF16: return detail::f16_to_f32(reinterpret_cast<const std::uint16_t*>(row)[d]);
       default: return detail::bf16_to_f32(reinterpret_cast<const std::uint16_t*>(row)[d]);
     }
   }
@@ -917,6 +933,60 @@ class PairTileSteps {
           o.at(r, d / 32, d % 2)[(d % 32) / 2] += prob * v;
         }
       }
+    }
+  }
+
+  // An fp16 tile as rows of two bf16 pieces a value, hi = the value cut to
+  // bf16 and lo = the rest (exact: an fp16 significand has 11 bits, the cut
+  // leaves at most 3, which a bf16 holds), as the products take them
+  // (amx_scores_rows_pieces, rows_products_pieces): K's hi rows then its lo
+  // rows in the K buffer, V's in fp16_v_rows, each followed by zero rows up
+  // to the block of 16, D() apart.  In order, so Q, P and O keep the bf16
+  // layouts; eight vector instructions per 32 values, on lines the previous
+  // tile streamed into L2.  V's non-finite values are screened as they are
+  // read (their exponent all ones) and go to add_nonfinite_v, as an FP8
+  // cache's.
+  void widen_fp16_rows() {
+    const int D = this->D(), dims = this->dims();  // equal (reads_rows)
+    const std::int64_t bytes = std::int64_t(D) * 2, lo_bytes = std::int64_t(cols16_) * bytes;
+    alignas(64) static constexpr std::uint16_t kHighWords[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                                 23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                                                 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+    const __m512i high_words = _mm512_load_si512(kHighWords);
+    const __m512i cut = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    const __m512i exponent = _mm512_set1_epi16(0x7c00);
+    __m512i top = _mm512_setzero_si512();
+    char* k_copy = reinterpret_cast<char*>(w_.kbuf);
+    char* v_copy = reinterpret_cast<char*>(fp16_v_rows(w_, job_.tile_q, job_.tile_kv));
+    for (auto [src, stride, dst] : {std::tuple{k_rows_, k_row_bytes_, k_copy}, {v_rows_, v_row_bytes_, v_copy}}) {
+      const bool v = dst == v_copy;
+      for (int c = 0; c < cols_; ++c) {
+        const char* row = src + c * stride;
+        auto* hi = reinterpret_cast<std::uint16_t*>(dst + c * bytes);
+        auto* lo = reinterpret_cast<std::uint16_t*>(dst + lo_bytes + c * bytes);
+        for (int d0 = 0; d0 < dims; d0 += 32) {
+          const __m512i x = _mm512_loadu_si512(row + d0 * 2);
+          if (v) top = _mm512_max_epu16(top, _mm512_and_si512(x, exponent));
+          const __m512 a = _mm512_cvtph_ps(_mm512_castsi512_si256(x)), b = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1));
+          const __m512 ha = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a), cut));
+          const __m512 hb = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(b), cut));
+          _mm512_storeu_si512(hi + d0, _mm512_permutex2var_epi16(_mm512_castps_si512(ha), high_words, _mm512_castps_si512(hb)));
+          _mm512_storeu_si512(lo + d0, _mm512_permutex2var_epi16(_mm512_castps_si512(_mm512_sub_ps(a, ha)), high_words,
+                                                                 _mm512_castps_si512(_mm512_sub_ps(b, hb))));
+        }
+      }
+      for (std::int64_t piece : {std::int64_t(0), lo_bytes}) {
+        std::memset(dst + piece + cols_ * bytes, 0, (cols16_ - cols_) * bytes);
+      }
+    }
+    k_rows_ = k_copy;
+    v_rows_ = v_copy;
+    k_row_bytes_ = v_row_bytes_ = bytes;
+    k_lo_bytes_ = v_lo_bytes_ = lo_bytes;
+    v_nonfinite_ = _mm512_cmpeq_epi16_mask(top, exponent) != 0;
+    if (v_nonfinite_) {
+      zero_nonfinite_v(reinterpret_cast<std::uint16_t*>(v_copy));
+      zero_nonfinite_v(reinterpret_cast<std::uint16_t*>(v_copy + lo_bytes));
     }
   }
 
@@ -1102,6 +1172,8 @@ class PairTileSteps {
   const char* k_rows_ = nullptr;
   const char* v_rows_ = nullptr;
   std::int64_t k_row_bytes_ = 0, v_row_bytes_ = 0;
+  // fp16's (widen_fp16_rows): bytes from each hi row to its lo row.
+  std::int64_t k_lo_bytes_ = 0, v_lo_bytes_ = 0;
   int cols16_ = 0;
   // V's rows as given (add_nonfinite_v), and whether they hold a non-finite value.
   const char* v_src_ = nullptr;

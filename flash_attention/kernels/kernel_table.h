@@ -53,6 +53,22 @@ static constexpr bool tile_reads_kv_rows(Isa isa, DType dtype, DType kv_dtype, s
   return isa == Isa::kAmx && dtype == DType::kBF16 &&
          (kv_dtype == DType::kBF16 || is_fp8(kv_dtype) || kv_dtype == DType::kI8) && head_dim % 32 == 0;
 }
+// fp16 on the tile unit: a packed GQA tile of at most kFp16RowsMaxRows rows
+// (a group's heads times at most kRowPathHalfRows queries: decoding and
+// speculative decoding) reads K/V as rows too, each K/V tile widened into
+// rows of two bf16 pieces a value (PairTileSteps::widen_fp16_rows), at
+// head_dims of 64 and more, multiples of 32.  Longer tiles pack each K/V
+// tile for the products (the rows engine spends twice the second product's
+// tile work from 9 rows, and with three products a piece that outgrows the
+// packing it saves).  A rule of the call's shape, not of an item's rows, so
+// that a packed tile gives the bits of the same call with each K/V head
+// repeated (one head's tile of 9 or more queries packs).
+inline constexpr int kFp16RowsMaxRows = 32;
+static constexpr bool fp16_tile_reads_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim, std::int64_t group,
+                                           std::int64_t seq_q) {
+  return isa == Isa::kAmx && dtype == DType::kF16 && kv_dtype == DType::kF16 && head_dim % 32 == 0 && head_dim >= 64 &&
+         seq_q <= kRowPathHalfRows && group * seq_q <= kFp16RowsMaxRows;
+}
 static constexpr int row_path_max_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim, std::int64_t group) {
   if (row_path_has_pair_products(isa, dtype, kv_dtype, head_dim)) return kRowPathPairRows;
   const bool lanes16 = isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16 || isa == Isa::kAmx;
