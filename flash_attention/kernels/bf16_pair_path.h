@@ -410,6 +410,106 @@ inline void softmax_to_pairs(const Workspace& w, int cols, int cols_pad, int nve
                     });
 }
 
+// softmax_to_pairs for a tile of at most 8 query rows (decoding at GQA
+// 32/8 and 64/8: 4 and 8 rows a K/V head; bf16, kP = 1): the scores of
+// 16 / R keys share one vector (R = 4 or 8 rows), where the 16-row vector
+// of a key left 12 or 8 of its lanes idle through each exp2 (a fifth of
+// 32/8 decoding's time).  The same bits as softmax_to_pairs: each score's
+// max-subtracted value and exp2 are the same instructions on the same
+// values, and each row's sum takes its keys in order.  P's pair rows are
+// written whole, rows R to 15 zero (the products read 8 or 16); the state
+// of rows R to 15 stands, their alpha 1.
+template <int R, bool kKeyWeights = false>
+inline void softmax_to_pairs_narrow(const Workspace& w, int cols, int cols_pad, int tq, float scale, std::uint32_t* pb,
+                                    KvLineStream* next = nullptr, const float* key_weights = nullptr,
+                                    std::int64_t weight_stride = 0) {
+  static_assert(R == 4 || R == 8);
+  constexpr int K = 16 / R;  // keys a vector
+  const int share = next ? next->third_per_step(cols_pad / 2) * (K / 2) : 0;
+  // Keys c .. c + K - 1, rows 0 .. R - 1 of each, the first R floats of each key's column.
+  auto gather = [&](int c) {
+    const float* at = w.st + std::int64_t(c) * tq;
+    if constexpr (R == 8) {
+      return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(at)), _mm256_loadu_ps(at + tq), 1);
+    } else {
+      __m512 v = _mm512_castps128_ps512(_mm_loadu_ps(at));
+      v = _mm512_insertf32x4(v, _mm_loadu_ps(at + tq), 1);
+      v = _mm512_insertf32x4(v, _mm_loadu_ps(at + 2 * tq), 2);
+      return _mm512_insertf32x4(v, _mm_loadu_ps(at + 3 * tq), 3);
+    }
+  };
+  // The lanes of keys below `cols`.
+  auto keys_below = [&](int c) -> __mmask16 {
+    const int n = cols - c;
+    return n >= K ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << (n * R)) - 1);
+  };
+  // Lane l of a vector is row l % R: a row's 16-lane value spread that way, and back.
+  alignas(64) static constexpr std::int32_t kSpread[16] = {0, 1, 2, 3, R == 8 ? 4 : 0, R == 8 ? 5 : 1, R == 8 ? 6 : 2,
+                                                           R == 8 ? 7 : 3, 0, 1, 2, 3, R == 8 ? 4 : 0, R == 8 ? 5 : 1,
+                                                           R == 8 ? 6 : 2, R == 8 ? 7 : 3};
+  const __m512i spread = _mm512_load_si512(kSpread);
+  const __m512 vscale = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(kNegInf), zero = _mm512_setzero_ps();
+  const __mmask16 own = static_cast<__mmask16>((1u << R) - 1);
+  __m512 tile_max = neg_inf;
+  for (int c = 0; c < cols; c += K) tile_max = _mm512_mask_max_ps(tile_max, keys_below(c), tile_max, gather(c));
+  // Fold the key groups: lanes 0 .. R - 1 hold each row's max.
+  if constexpr (R == 4) tile_max = _mm512_max_ps(tile_max, _mm512_shuffle_f32x4(tile_max, tile_max, 0xB1));  // 128-bit neighbours
+  tile_max = _mm512_max_ps(tile_max, _mm512_shuffle_f32x4(tile_max, tile_max, 0x4E));  // the two halves
+  // The state update of two_block_softmax, rows 0 .. R - 1 (others -inf: unchanged).
+  const __m512 m_old = _mm512_loadu_ps(w.m);
+  __m512 m = _mm512_max_ps(m_old, _mm512_mul_ps(_mm512_mask_mov_ps(neg_inf, own, tile_max), vscale));
+  m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(m, _mm512_add_ps(m_old, _mm512_set1_ps(kRescaleSlack)), _CMP_LE_OQ), m_old);
+  const __m512 m_sub = Vec::zero_if_neg_inf(m);
+  const __m512 neg = _mm512_permutexvar_ps(spread, _mm512_sub_ps(zero, m_sub));
+  __m256 sum8 = _mm256_setzero_ps();  // R == 8
+  __m128 sum4 = _mm_setzero_ps();     // R == 4
+  alignas(64) static constexpr std::uint16_t kPairs8[16] = {0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15};
+  alignas(64) static constexpr std::uint16_t kPairs4[16] = {0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15};
+  const __m256i pairs = _mm256_load_si256(reinterpret_cast<const __m256i*>(R == 8 ? kPairs8 : kPairs4));
+  for (int c = 0; c < cols_pad; c += K) {
+    const __mmask16 live = keys_below(c);
+    __m512 p = zero;
+    if (live) p = _mm512_maskz_mov_ps(live, exp2_probabilities(_mm512_fmadd_ps(gather(c), vscale, neg)));
+    if constexpr (R == 8) {
+      sum8 = _mm256_add_ps(sum8, _mm512_castps512_ps256(p));
+      sum8 = _mm256_add_ps(sum8, _mm512_extractf32x8_ps(p, 1));
+    } else {
+      sum4 = _mm_add_ps(sum4, _mm512_castps512_ps128(p));
+      sum4 = _mm_add_ps(sum4, _mm512_extractf32x4_ps(p, 1));
+      sum4 = _mm_add_ps(sum4, _mm512_extractf32x4_ps(p, 2));
+      sum4 = _mm_add_ps(sum4, _mm512_extractf32x4_ps(p, 3));
+    }
+    if constexpr (kKeyWeights) {  // each key's weight over its R lanes (keys past cols read none)
+      auto weight = [&](int k) { return key_weights[std::int64_t(c + k < cols ? c + k : 0) * weight_stride]; };
+      __m512 wv;
+      if constexpr (R == 8) {
+        wv = _mm512_insertf32x8(_mm512_set1_ps(weight(0)), _mm256_set1_ps(weight(1)), 1);
+      } else {
+        wv = _mm512_insertf32x4(_mm512_set1_ps(weight(0)), _mm_set1_ps(weight(1)), 1);
+        wv = _mm512_insertf32x4(wv, _mm_set1_ps(weight(2)), 2);
+        wv = _mm512_insertf32x4(wv, _mm_set1_ps(weight(3)), 3);
+      }
+      p = _mm512_mask_mul_ps(p, live, p, wv);
+    }
+    // bf16 (nearest even), each pair of keys' values interleaved row by row:
+    // one pair row (R == 8) or two (R == 4), zero past row R.
+    const __m256i bf = _mm256_permutexvar_epi16(pairs, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(p)));
+    std::uint32_t* out = pb + std::int64_t(c / 2) * 16;
+    if constexpr (R == 8) {
+      _mm512_storeu_si512(out, _mm512_zextsi256_si512(bf));
+    } else {
+      _mm512_storeu_si512(out, _mm512_zextsi128_si512(_mm256_castsi256_si128(bf)));
+      _mm512_storeu_si512(out + 16, _mm512_zextsi128_si512(_mm256_extracti128_si256(bf, 1)));
+    }
+    if (next) next->issue(share);
+  }
+  const __m512 sum = R == 8 ? _mm512_castps256_ps512(sum8) : _mm512_castps128_ps512(sum4);
+  const __m512 alpha = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), own, Vec::exp2(_mm512_sub_ps(m_old, m_sub)));
+  _mm512_storeu_ps(w.alpha, alpha);
+  _mm512_mask_storeu_ps(w.l, own, _mm512_fmadd_ps(_mm512_loadu_ps(w.l), alpha, sum));
+  _mm512_mask_storeu_ps(w.m, own, m);
+}
+
 // Whether any of the first `blocks` x 16 rows' max moved this tile (its
 // alpha is not 1): else O needs no rescale.
 inline bool alpha_moved(const Workspace& w, int blocks) {
@@ -757,7 +857,17 @@ class PairTileSteps {
       pack_p_pairs<kP>(w_.st, cols_, cols_pad_, nvec, tq, op_.pb, tkv / 2, op_.p_lo);
     } else {
       const float scale = prepare_scores(job_, w_, it_, j0_, cols_);
-      if (v_scales_) {
+      if (narrow_softmax()) {
+        const float* weights = v_scales_;
+        const std::int64_t stride = job_.kv_scale_strides[1][2];
+        if (it_.rows <= 4) {
+          if (weights) softmax_to_pairs_narrow<4, true>(w_, cols_, cols_pad_, tq, scale, op_.pb, &next_, weights, stride);
+          else softmax_to_pairs_narrow<4>(w_, cols_, cols_pad_, tq, scale, op_.pb, &next_);
+        } else {
+          if (weights) softmax_to_pairs_narrow<8, true>(w_, cols_, cols_pad_, tq, scale, op_.pb, &next_, weights, stride);
+          else softmax_to_pairs_narrow<8>(w_, cols_, cols_pad_, tq, scale, op_.pb, &next_);
+        }
+      } else if (v_scales_) {
         softmax_to_pairs<kP, kHalfSoftmax<DT>, true>(w_, cols_, cols_pad_, nvec, tq, scale, op_.pb, tkv / 2, op_.p_lo,
                                                      &next_, v_scales_, job_.kv_scale_strides[1][2]);
       } else {
@@ -826,6 +936,9 @@ class PairTileSteps {
     const int w = (it_.rows + Engine::kRowStep - 1) / Engine::kRowStep * Engine::kRowStep;
     return w < it_.nvec * 16 ? w : it_.nvec * 16;
   }
+  // Whether the softmax packs several keys' rows into a vector
+  // (softmax_to_pairs_narrow): one pair piece, fp32 exp2, at most 8 rows.
+  bool narrow_softmax() const { return kP == 1 && !kHalfSoftmax<DT> && it_.nvec == 1 && it_.rows <= 8; }
   // O's row tiles (the row-reading engine's): with at most 8 query rows,
   // both parities of a 32-dim block in one tile.
   RowTiles row_tiles() const { return {w_.ot, D(), it_.rows <= 8}; }
