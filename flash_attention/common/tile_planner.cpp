@@ -61,10 +61,10 @@ constexpr std::int64_t kPackRowsTileMaxRows = 256;
 // does fp16 Q over an int8 or FP8 cache, whose tiles (packed or a head's
 // own) run the FMA loop: 32/8 and 64/8 at 64 queries 0.81-0.95x the time.
 constexpr std::int64_t kPackPiecesMaxRows = 512;
-// The row path's K/V tile (decoding) where one item walks several K/V heads
-// whose rows lie side by side: the tile's rows of all of them at most this
-// many bytes, about an L1 data cache (see plan()).
-constexpr std::size_t kSideBySideRowTileBytes = 64 * 1024;
+// The row path's K/V tile (decoding) where the K/V heads' rows lie side by
+// side: the tile's rows of all of them at most this many bytes, a few L1
+// data caches (see plan()).
+constexpr std::size_t kSideBySideRowTileBytes = 128 * 1024;
 
 std::size_t parse_cache_size(const std::string& text) {
   std::size_t value = 0;
@@ -502,16 +502,16 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
     // this rule gave them).  Table tiles only; a caller's, the build's or
     // the tuning cache's stand.
     // Where the K/V heads lie side by side, a tile's rows of all of them
-    // also stay within kSideBySideRowTileBytes (about L1): each head's pass
-    // over a tile reads its slice of every row, and the slices of the other
-    // heads wait in L1 for theirs (every head of the batch entry, not the
+    // also stay within kSideBySideRowTileBytes: each head's pass over a tile
+    // reads its slice of every row, and the slices of the other heads wait
+    // in L1 and L2 for theirs (every head of the batch entry, not the
     // item's: the tile, and so the bits, must not depend on the threads'
-    // packing of heads into items.  bf16 decoding, 32768 keys,
-    // BSH, Xeon with AMX: 8 heads of D128, 32 keys 81-86% of the measured
-    // bandwidth against 62-69% with the 128 the L2 rule gives, BNSD 80-85%;
-    // 32 heads 16 keys 82% against 71% at 32; 4 heads of D64 64 keys 90%
-    // against 83% at 256; an int8 or FP8 cache, 32 keys of 8 heads, level
-    // with the 128 before; docs/PERF.md).
+    // packing of heads into items).  32768 keys, BSH, Xeon with AMX: 8
+    // heads of D128, 32 keys, bf16 81-85% of the measured bandwidth against
+    // 62-69% with the 128 the L2 rule gives (BNSD 80-85%), fp16 8/8 83-86%
+    // against 67-71%, fp16 32/8 61% against 46%, an int8 cache 80% against
+    // 77% (64 keys); 32 heads 16 keys 82% against 71% at 32; fp16 64/8,
+    // compute-bound, 35% against 36% (docs/PERF.md).
     if (kv_from_table) {
       const std::size_t kv_heads_per_item =
           p.kv_heads_side_by_side ? std::max<std::size_t>(1, std::size_t(plan->pack_gqa / group)) : 1;
