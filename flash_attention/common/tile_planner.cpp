@@ -53,6 +53,14 @@ constexpr std::int64_t kPackTileMaxRows = 32;
 // shared by every head's tiles is level (64/8 at 64 queries) or faster
 // (0.85-0.92x at 128 queries; Xeon with AMX, docs/PERF.md).
 constexpr std::int64_t kPackRowsTileMaxRows = 256;
+// Where the tile unit reads bf16 K/V rows in place, 2 to 64 queries of one
+// head with no group take its tile too, each head's rows alone (and in
+// BSH every K/V head's tile walked together, as a group's): 8 heads, 32768
+// keys, BNSD 0.67x the time at 4 queries (the row path) and 0.72-0.89x at
+// 8-16 (a tile per head over each K/V tile packed), BSH 0.55-0.67x at 4 to
+// 32; level at 64 in BNSD (BSH 0.75x) and at 128 (Xeon with AMX,
+// docs/PERF.md).
+constexpr std::int64_t kPackRowsTileNoGroupMaxRows = 64;
 // fp16 on the tile unit (two bf16 pieces) packs its K/V tile by tile either
 // way; a group of up to 512 rows in packed tiles packs each K/V tile once
 // for the group where the heads' own tiles each read a packed copy of the
@@ -368,7 +376,8 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   const bool group_fits_rows_tile = (rows_tile && group * longest_q <= kPackRowsTileMaxRows) ||
                                     (fp16_pieces && group * longest_q <= kPackPiecesMaxRows);
   const bool quantized_rows_tile = rows_tile && kv_dtype != dtype;
-  bool pack_tile = version != Version::kFA1 && (group > 1 || quantized_rows_tile) &&
+  const bool one_head_rows_tile = rows_tile && group == 1 && longest_q <= kPackRowsTileNoGroupMaxRows;
+  bool pack_tile = version != Version::kFA1 && (group > 1 || quantized_rows_tile || one_head_rows_tile) &&
                    (longest_q <= kPackTileMaxRows || group_fits_rows_tile || quantized_rows_tile) &&
                    (longest_q > row_rows || pair_rows);
   int tq = p.tile_q != 0 ? p.tile_q : detail::kDefaultTileQ;

@@ -277,7 +277,8 @@ INSTANTIATE_TEST_SUITE_P(PairPaths, SharedKvPacking,
 // int8 cache from 8 rows a K/V head, its per-key scales on the scores and
 // on P.  Where the
 // K/V heads lie side by side (BSH) one item walks every K/V head of its
-// batch entry together, a tile each.  fp16 (from 9 rows a K/V head; the
+// batch entry together, a tile each.  So do a head's 2 to 64 queries with
+// no group (bf16), each head alone in its tile.  fp16 (from 9 rows a K/V head; the
 // row path keeps 8) reads its rows too, up to 32 rows an item, each tile
 // widened into two bf16 pieces a value, at head_dims of 64 and more; the
 // case with a 16-row tile ends on an item of 8 rows (both parities in one
@@ -336,6 +337,10 @@ const KvRowsCase kKvRowsCases[] = {
      DType::kFP8E4M3},
     {"fp8_e5m2_bsh_rows128_causal_alibi", Layout::kBSH, 1, 64, 300, 4, 2, 64, 0, 0, {}, true, false, true, false, 0.0f,
      DType::kFP8E5M2},
+    // A head's 2 to 64 queries with no group (bf16) take the tile too, alone.
+    {"no_group_rows5_paged_alibi_sinks", Layout::kBNSD, 2, 5, 517, 4, 4, 96, 0, 64, {}, true, true, true, false, 0.0f},
+    {"no_group_bsh_rows64_softcap_dropout", Layout::kBSH, 1, 64, 333, 4, 4, 64, 0, 0, {}, false, false, false, true,
+     30.0f},
     {"fp16_spec_group8_rows16_tail", Layout::kBNSD, 2, 2, 1000, 16, 2, 128, 0, 0, {}, false, false, false, false, 0.0f,
      DType::kF16, DType::kF16},
     {"fp16_bsh_rows24_paged_causal_softcap", Layout::kBSH, 1, 3, 333, 16, 2, 64, 0, 64, {}, true, false, false, false,
@@ -1080,7 +1085,9 @@ TEST_P(EdgeCases, PackedGqaTileEqualsRepeatedKvHeads) {
         fa::AttentionParams mha = p;
         mha.num_kv_heads = heads;
         ASSERT_TRUE(fa::plan(fa::cli::kVersion, mha, dtype(), &plan).ok()) << where;
-        ASSERT_FALSE(plan.pack_tile) << where;
+        // A tile per head (on the amx path a head's 2 to 64 queries with no
+        // group take the packed tile too, each alone in its tile).
+        ASSERT_EQ(plan.q_step, plan.tile_q) << where;
         const ForwardRun repeated = run_forward(mha, isa(), dtype(), in_layout(q, heads, seq_q),
                                                 in_layout(k_rep, heads, seq_kv), in_layout(v_rep, heads, seq_kv), layout);
         EXPECT_EQ(0, std::memcmp(packed.out.data(), repeated.out.data(), packed.out.size() * sizeof(float))) << where;
@@ -1600,8 +1607,10 @@ TEST_P(EdgeCases, SplitPlanIsWholeTilesAndCoversTheKeys) {
   ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok());
   EXPECT_EQ(plan.pack_gqa, 16);
   EXPECT_EQ(plan.num_splits, 1);
-  // Longer queries: one item per head, enough for every thread: auto does not split.
-  p.seq_q = 64;
+  // Longer queries: one item per head, enough for every thread: auto does not
+  // split (128: on the amx path up to 64 queries of a head read K/V as rows
+  // in a packed tile, their K/V heads walked together).
+  p.seq_q = 128;
   p.num_splits = fa::kSplitsAuto;
   ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok());
   EXPECT_EQ(plan.pack_gqa, 1);
