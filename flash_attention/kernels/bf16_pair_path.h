@@ -747,8 +747,9 @@ class PairTileSteps {
   // whole A-tile rows (32 dims), and every row starts on a 64-byte boundary.
   // A quantized cache (pair_path_runs: FP8, int8) is always read so, from
   // the bf16 rows each tile is widened into; so is fp16, as rows of two bf16
-  // pieces a value (widen_fp16_rows), from 64 dims (P's two pieces spread
-  // for the second product then fit the V buffer).
+  // pieces a value (widen_fp16_rows), in the calls detail::fp16_tile_reads_rows
+  // names (short GQA queries; head_dim from 64, where P's two pieces spread
+  // for the second product fit the V buffer).
   static bool reads_rows([[maybe_unused]] const AttentionJob& job, [[maybe_unused]] const TileItem& it) {
     if constexpr (!Engine::kReadsKvRows || (DT != DType::kBF16 && DT != DType::kF16)) {
       return false;
