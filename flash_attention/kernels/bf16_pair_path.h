@@ -781,6 +781,17 @@ class PairTileSteps {
     }
 #endif
   }
+  // Whether K/V are read as rows where they lie (reads_rows).
+  bool reads_kv_rows() const { return rows_; }
+  // The next tile's lines from `shared`, a stream of `sharers` tile loops
+  // run in turn (run_tiles_together): the leader builds it at each tile, the
+  // last issues what the shares left.
+  void share_stream(KvLineStream* shared, bool leader, bool last, int heads) {
+    stream_ = shared;
+    kv_heads_side_by_side_ = heads;
+    stream_leader_ = leader;
+    stream_last_ = last;
+  }
   bool attends(std::int64_t j0) const { return j0 >= it_.kv_begin && j0 < it_.kv_end; }
 
   // The K/V tile at j0: its operands, and K packed when they are the item's own.
@@ -789,7 +800,13 @@ class PairTileSteps {
     cols_ = static_cast<int>(it_.kv_end - j0 < job_.tile_kv ? it_.kv_end - j0 : job_.tile_kv);
     cols_pad_ = (cols_ + 31) & ~31;
     spans_ = tile_key_spans(job_, it_, j0, cols_, span_buffer_);
-    next_ = stream_next_ ? next_tile_lines<DT>(job_, it_, j0) : KvLineStream{};
+    if (stream_ == &next_) {
+      next_ = stream_next_ ? next_tile_lines<DT>(job_, it_, j0) : KvLineStream{};
+    } else if (stream_leader_) {
+      const int sharers = stream_->sharers;
+      *stream_ = next_kv_tile_lines(job_, it_.kbase, it_.vbase, it_.b, j0, it_.kv_end, kv_heads_side_by_side_);
+      stream_->sharers = sharers;
+    }
     if constexpr (Engine::kReadsKvRows) {
       if (rows_) {
         locate_rows(j0);
@@ -825,7 +842,7 @@ class PairTileSteps {
         }
 #endif
         Engine::template scores_rows<kP>(k_rows_, k_lo_bytes_, k_row_bytes_, op_.qb, op_.q_lo, job_.tile_q, D(), cols16_,
-                                         width(), w_.st, spans_, &next_);
+                                         width(), w_.st, spans_, stream_);
         if (k_scales_) scale_key_rows(k_scales_, job_.kv_scale_strides[0][2], width());
         laps.lap(kStageScores);
         return;
@@ -834,12 +851,12 @@ class PairTileSteps {
     if constexpr (Engine::kReadsKInPlace && DT == DType::kBF16) {
       if (k_in_place_) {
         Engine::scores_in_place(reinterpret_cast<const std::uint16_t*>(k_in_place_), job_.k_strides[2] / 2, op_.qb,
-                                job_.tile_q, D(), reduce_dims(), cols_, width(), w_.st, spans_, &next_);
+                                job_.tile_q, D(), reduce_dims(), cols_, width(), w_.st, spans_, stream_);
       }
     }
     if (!k_in_place_) {
       Engine::template scores<kP>(kv_.k, op_.k_lo, op_.qb, op_.q_lo, job_.tile_q, D(), reduce_dims(), cols_pad_,
-                                  width(), w_.st, spans_, &next_);
+                                  width(), w_.st, spans_, stream_);
     }
     laps.lap(kStageScores);
     if (kv_.own) {
@@ -862,17 +879,17 @@ class PairTileSteps {
         const float* weights = v_scales_;
         const std::int64_t stride = job_.kv_scale_strides[1][2];
         if (it_.rows <= 4) {
-          if (weights) softmax_to_pairs_narrow<4, true>(w_, cols_, cols_pad_, tq, scale, op_.pb, &next_, weights, stride);
-          else softmax_to_pairs_narrow<4>(w_, cols_, cols_pad_, tq, scale, op_.pb, &next_);
+          if (weights) softmax_to_pairs_narrow<4, true>(w_, cols_, cols_pad_, tq, scale, op_.pb, stream_, weights, stride);
+          else softmax_to_pairs_narrow<4>(w_, cols_, cols_pad_, tq, scale, op_.pb, stream_);
         } else {
-          if (weights) softmax_to_pairs_narrow<8, true>(w_, cols_, cols_pad_, tq, scale, op_.pb, &next_, weights, stride);
-          else softmax_to_pairs_narrow<8>(w_, cols_, cols_pad_, tq, scale, op_.pb, &next_);
+          if (weights) softmax_to_pairs_narrow<8, true>(w_, cols_, cols_pad_, tq, scale, op_.pb, stream_, weights, stride);
+          else softmax_to_pairs_narrow<8>(w_, cols_, cols_pad_, tq, scale, op_.pb, stream_);
         }
       } else if (v_scales_) {
         softmax_to_pairs<kP, kHalfSoftmax<DT>, true>(w_, cols_, cols_pad_, nvec, tq, scale, op_.pb, tkv / 2, op_.p_lo,
-                                                     &next_, v_scales_, job_.kv_scale_strides[1][2]);
+                                                     stream_, v_scales_, job_.kv_scale_strides[1][2]);
       } else {
-        softmax_to_pairs<kP, kHalfSoftmax<DT>>(w_, cols_, cols_pad_, nvec, tq, scale, op_.pb, tkv / 2, op_.p_lo, &next_);
+        softmax_to_pairs<kP, kHalfSoftmax<DT>>(w_, cols_, cols_pad_, nvec, tq, scale, op_.pb, tkv / 2, op_.p_lo, stream_);
       }
     }
     laps.lap(kStageSoftmax);
@@ -883,9 +900,9 @@ class PairTileSteps {
         laps.lap(kStageRescale);
         Engine::template accumulate_rows<kP>(v_rows_, v_lo_bytes_, v_row_bytes_, op_.pb, op_.p_lo, tkv / 2,
                                              reinterpret_cast<std::uint32_t*>(w_.vbuf), spread_keys(), row_tiles(), cols16_,
-                                             width(), fresh, &next_);
+                                             width(), fresh, stream_);
         if (v_nonfinite_) add_nonfinite_v();
-        next_.issue(next_.total_lines());
+        if (stream_last_) stream_->issue(stream_->total_lines());
         laps.lap(kStagePv);
         return;
       }
@@ -893,8 +910,8 @@ class PairTileSteps {
     if (!fresh) rescale_output(w_, out_dims(), nvec, tq);
     laps.lap(kStageRescale);
     Engine::template accumulate<kP>(kv_.vt, tkv / 2, op_.v_lo, op_.pb, tkv / 2, op_.p_lo, tq, out_dims(), cols_pad_, width(),
-                                    w_.ot, fresh, spans_, &next_);
-    next_.issue(next_.total_lines());  // what rounding left
+                                    w_.ot, fresh, spans_, stream_);
+    if (stream_last_) stream_->issue(stream_->total_lines());  // what rounding left
     laps.lap(kStagePv);
   }
   // The epilogue; but where V was read as bf16 rows unscreened and O ended
@@ -1240,7 +1257,7 @@ class PairTileSteps {
     auto* s_hi = reinterpret_cast<std::int32_t*>(w_.kbuf);
     std::int32_t* s_lo = s_hi + std::int64_t(cols16_) * 16;
     Engine::scores_rows_i8(k_rows_, k_row_bytes_, hi, lo, static_cast<int>(job_.head_dim), cols16_, s_hi, s_lo, 16,
-                           &next_);
+                           stream_);
     const __m512 row_scale = _mm512_loadu_ps(q_row_scale_);
     const std::int64_t kss = job_.kv_scale_strides[0][2];
     for (int c = 0; c < cols_; ++c) {
@@ -1278,6 +1295,9 @@ class PairTileSteps {
   const KeySpan* spans_ = nullptr;
   KeySpan span_buffer_[kMaxRowVectors];
   KvLineStream next_;
+  KvLineStream* stream_ = &next_;  // next_, or a stream shared with other tiles (share_stream)
+  bool stream_leader_ = true, stream_last_ = true;
+  int kv_heads_side_by_side_ = 1;
   KvOperands kv_{};
   const Elem<DT>* k_in_place_ = nullptr;  // the tile's K rows, when the engine reads them as they are
   // Rows where they lie (reads_rows): the tile's first K and V rows, their
@@ -1333,6 +1353,18 @@ void run_tile_pairs(const AttentionJob& job, const Workspace& w, const TileItem&
   run_tile_steps<DT, Engine>(job, w, it, /*screen_v=*/false);
 }
 
+// Whether the n tiles' K/V heads lie side by side in each row, every one
+// read as rows where it lies: their next tiles' lines are then one run of
+// each row (all n heads' slices), issued in address order.
+template <class ReadsRows>
+inline bool side_by_side_rows(const AttentionJob& job, const TileItem* it, int n, ReadsRows&& reads_rows) {
+  const std::int64_t slice = job.head_dim * kv_elem_bytes(job);
+  for (int g = 0; g < n; ++g) {
+    if (!reads_rows(g) || it[g].kbase != it[0].kbase + g * slice || it[g].vbase != it[0].vbase + g * slice) return false;
+  }
+  return true;
+}
+
 // The packed tiles of several K/V heads of one item (tile_kv_heads), each
 // with its own workspace and softmax state, over the key tiles together:
 // for each tile, every head's steps in turn.  With the heads side by side
@@ -1341,7 +1373,11 @@ void run_tile_pairs(const AttentionJob& job, const Workspace& w, const TileItem&
 // after head the rows were read slice by slice, 8 times over, and the
 // hardware's own prefetches of each page's next lines fetched the other
 // heads' slices long before their items came.  Together the item reads
-// each tile's rows whole.
+// each tile's rows whole, and the next tile's lines go out as one stream
+// of whole rows in address order, each head's steps issuing a share: a
+// stream per head sent 4 lines at every 2 KiB row, 8 runs over the same
+// rows (GQA decoding at 64/8 in BSH took 1.06x the time, paged 1.1x, an
+// int8 cache 1.19x; docs/PERF.md).
 template <DType DT, class Engine>
 void run_tiles_together(const AttentionJob& job, const Workspace* w, const TileItem* it, int n) {
   StageLaps laps(job.stage_cycles);
@@ -1349,6 +1385,11 @@ void run_tiles_together(const AttentionJob& job, const Workspace* w, const TileI
   for (int g = 0; g < n; ++g) {
     tiles[g].emplace(job, w[g], it[g]);
     tiles[g]->start();
+  }
+  KvLineStream shared;
+  if (n > 1 && side_by_side_rows(job, it, n, [&](int g) { return tiles[g]->reads_kv_rows(); })) {
+    shared.sharers = n;
+    for (int g = 0; g < n; ++g) tiles[g]->share_stream(&shared, g == 0, g == n - 1, n);
   }
   Engine::begin();
   laps.lap(kStageQ);

@@ -21,6 +21,9 @@ struct KvLineStream {
   std::int64_t stride[2] = {0, 0};           // row strides in bytes
   int rows = 0, lines_per_row = 0;
   int part = 2, row = 0;  // the next run's part (2 = done) and first row
+  // Tile loops that issue this stream in turn (run_tiles_together's heads
+  // side by side): each step's share is divided among them.
+  int sharers = 1;
   // The current run of lines, [at, end): a row, or all of a part's rows
   // where they lie end to end (BNSD), so issuing a line is a compare, the
   // prefetch and an add (decoding issues eight a key at head_dim 128).
@@ -29,7 +32,10 @@ struct KvLineStream {
 
   int total_lines() const { return 2 * rows * lines_per_row; }
   // Lines per step for a phase of `steps` steps that carries 1 / `phases`.
-  int per_step(int steps, int phases) const { return (total_lines() + phases * steps - 1) / (phases * steps); }
+  int per_step(int steps, int phases) const {
+    const int parts = phases * steps * sharers;
+    return (total_lines() + parts - 1) / parts;
+  }
   int third_per_step(int steps) const { return per_step(steps, 3); }
   template <int kLocality = 2>
   void issue(int n) {
