@@ -251,20 +251,22 @@ inline void amx_accumulate(const std::uint32_t* vt, int ldvt, std::int64_t v_lo,
 // O is then held in row tiles (RowTiles, bf16_pair_path.h).
 
 // Sᵀ[c][r] = sum_d K[c][d] Q[r][d] for c < cols (a multiple of 16), r <
-// width; K's bf16 rows k_row_bytes apart (a multiple of 64, from a 64-byte
-// boundary: a tile row off its line costs several times one on it), D of
-// their dims read; Qᵀ in B-tile order (pack_q_pairs).  `spans` as
-// amx_scores.  The next tile's lines go out a share per tile step: a burst
-// of prefetches beyond the core's miss buffers stalls the work behind it.
-inline void amx_scores_rows(const char* k, std::int64_t k_row_bytes, const std::uint32_t* qb, int tq, int D, int cols,
-                            int width, float* st, const KeySpan* spans, KvLineStream* next) {
+// width; K's bf16 rows where they lie (TileRows: row_bytes apart in groups
+// of 16, best a multiple of 64 from a 64-byte boundary: a tile row off its
+// line costs several times one on it), D of their dims read; Qᵀ in B-tile
+// order (pack_q_pairs).  `spans` as amx_scores.  The next tile's lines go
+// out a share per tile step: a burst of prefetches beyond the core's miss
+// buffers stalls the work behind it.
+inline void amx_scores_rows(const TileRows& k, const std::uint32_t* qb, int tq, int D, int cols, int width, float* st,
+                            const KeySpan* spans, KvLineStream* next) {
+  const std::int64_t k_row_bytes = k.row_bytes;
   const std::int64_t sts = std::int64_t(tq) * 4;
   // A share of the next tile's lines per product of two-row blocks.
   const int share = next ? next->third_per_step(((cols + 31) / 32) * ((width + 31) / 32) * (D / 32) * 2) : 0;
   for (int c0 = 0; c0 < cols; c0 += 32) {
     const bool keys2 = c0 + 32 <= cols;  // else the last 16 keys
-    const char* k0 = k + std::int64_t(c0) * k_row_bytes;
-    const char* k1 = k0 + 16 * k_row_bytes;
+    const char* k0 = k.row(c0);
+    const char* k1 = keys2 ? k.row(c0 + 16) : k0;
     float* s0 = st + std::int64_t(c0) * tq;
     float* s1 = s0 + 16 * std::int64_t(tq);
     for (int r0 = 0; r0 < width; r0 += 32) {
@@ -413,11 +415,12 @@ inline void spread_probabilities(const std::uint32_t* pb, int keys, bool halves,
 // A tiles x V's rows, for N of 32 dims each (halves: one C tile a 32 dims)
 // or N / 2 (both parities: two C tiles a 32 dims, the even dims' first).
 template <int N, bool kHalves>
-inline void rows_products(const std::uint32_t* spread, int keys, const char* v, std::int64_t v_row_bytes,
+inline void rows_products(const std::uint32_t* spread, int keys, const TileRows& v, int c0, int d_bytes,
                           KvLineStream* next, int share) {
   static_assert(N >= 1 && N <= 4 && (kHalves || N % 2 == 0));
+  const std::int64_t v_row_bytes = v.row_bytes;
   for (int c = 0; c < keys; c += 16) {
-    const char* vc = v + std::int64_t(c) * v_row_bytes;
+    const char* vc = v.row(c0 + c) + d_bytes;
     if constexpr (kHalves) {
       FA_TILE_LOAD(4, spread + std::int64_t(c / 16) * 256, 64);
       FA_TILE_LOAD(6, vc, v_row_bytes);
@@ -521,18 +524,20 @@ inline void rows_products_pieces(const std::uint32_t* spread, std::int64_t sprea
 
 // O[r][d] (+)= sum_c P[r][c] V[c][d] for r < width, d < D, c < cols (a
 // multiple of 16), in RowTiles' order (O = the sum, without reading it, when
-// `fresh`); V's bf16 rows v_row_bytes apart (as K's in amx_scores_rows); P
+// `fresh`); V's bf16 rows where they lie (as K's in amx_scores_rows); P
 // in pack_p_pairs' order (ldp pairs a row block), spread `chunk` keys at a
 // time (a multiple of 32) into `spread` (chunk * 32 32-bit pairs, 64-byte
 // aligned).
-// With fp16's two pieces (kP = 2): V's lo rows `v_lo` bytes after its hi
-// ones, P's lo pairs `p_lo` after its hi ones, and `spread` holding both
-// pieces' tiles (twice the room).
+// With fp16's two pieces (kP = 2): V's widened rows contiguous from
+// v.first, its lo rows `v_lo` bytes after its hi ones, P's lo pairs `p_lo`
+// after its hi ones, and `spread` holding both pieces' tiles (twice the
+// room).
 template <int kP>
-inline void amx_accumulate_rows(const char* v, std::int64_t v_lo, std::int64_t v_row_bytes, const std::uint32_t* pb,
+inline void amx_accumulate_rows(const TileRows& v, std::int64_t v_lo, const std::uint32_t* pb,
                                 std::int64_t p_lo, int ldp, std::uint32_t* spread, int chunk, const RowTiles& o, int cols,
                                 int width, bool fresh, KvLineStream* next) {
   const int D = o.D;
+  const std::int64_t v_row_bytes = v.row_bytes;  // fp16's pieces: widened, contiguous
   // C tiles a pass: four of 32 dims each (halves), or two 32-dim blocks'
   // even and odd tiles.
   const int pass_dims = o.halves ? 128 : 64;
@@ -563,8 +568,8 @@ inline void amx_accumulate_rows(const char* v, std::int64_t v_lo, std::int64_t v
           if (n > 2) FA_TILE_LOAD(2, c + 512, 64);
           if (n > 3) FA_TILE_LOAD(3, c + 768, 64);
         }
-        const char* vd = v + std::int64_t(c0) * v_row_bytes + d0 * 2;
         if constexpr (kP == 2) {
+          const char* vd = v.first + std::int64_t(c0) * v_row_bytes + d0 * 2;
           if (o.halves) {
             switch (n) {
               case 1: rows_products_pieces<1, true>(spread, spread_lo, keys, vd, v_lo, v_row_bytes, next, share); break;
@@ -579,15 +584,15 @@ inline void amx_accumulate_rows(const char* v, std::int64_t v_lo, std::int64_t v
           }
         } else if (o.halves) {
           switch (n) {
-            case 1: rows_products<1, true>(spread, keys, vd, v_row_bytes, next, share); break;
-            case 2: rows_products<2, true>(spread, keys, vd, v_row_bytes, next, share); break;
-            case 3: rows_products<3, true>(spread, keys, vd, v_row_bytes, next, share); break;
-            default: rows_products<4, true>(spread, keys, vd, v_row_bytes, next, share); break;
+            case 1: rows_products<1, true>(spread, keys, v, c0, d0 * 2, next, share); break;
+            case 2: rows_products<2, true>(spread, keys, v, c0, d0 * 2, next, share); break;
+            case 3: rows_products<3, true>(spread, keys, v, c0, d0 * 2, next, share); break;
+            default: rows_products<4, true>(spread, keys, v, c0, d0 * 2, next, share); break;
           }
         } else if (n == 2) {
-          rows_products<2, false>(spread, keys, vd, v_row_bytes, next, share);
+          rows_products<2, false>(spread, keys, v, c0, d0 * 2, next, share);
         } else {
-          rows_products<4, false>(spread, keys, vd, v_row_bytes, next, share);
+          rows_products<4, false>(spread, keys, v, c0, d0 * 2, next, share);
         }
         FA_TILE_STORE(0, c, 64);
         if (n > 1) FA_TILE_STORE(1, c + 256, 64);
@@ -695,22 +700,21 @@ struct AmxProducts {
   static constexpr bool kReadsKvRows = true;
   // fp16 read as rows too, each tile widened into two bf16 pieces a value
   // (kP = 2: k_lo / v_lo bytes from each hi row to its lo row, q_lo / p_lo
-  // pairs from each hi piece to its lo piece).
+  // pairs from each hi piece to its lo piece; the widened rows contiguous).
   template <int kP>
-  static void scores_rows(const char* k, std::int64_t k_lo, std::int64_t k_row_bytes, const std::uint32_t* qb,
-                          std::int64_t q_lo, int tq, int D, int cols, int width, float* st, const KeySpan* spans,
-                          KvLineStream* next) {
+  static void scores_rows(const TileRows& k, std::int64_t k_lo, const std::uint32_t* qb, std::int64_t q_lo, int tq,
+                          int D, int cols, int width, float* st, const KeySpan* spans, KvLineStream* next) {
     if constexpr (kP == 2) {
-      amx_scores_rows_pieces(k, k_lo, k_row_bytes, qb, q_lo, tq, D, cols, width, st, spans, next);
+      amx_scores_rows_pieces(k.first, k_lo, k.row_bytes, qb, q_lo, tq, D, cols, width, st, spans, next);
     } else {
-      amx_scores_rows(k, k_row_bytes, qb, tq, D, cols, width, st, spans, next);
+      amx_scores_rows(k, qb, tq, D, cols, width, st, spans, next);
     }
   }
   template <int kP>
-  static void accumulate_rows(const char* v, std::int64_t v_lo, std::int64_t v_row_bytes, const std::uint32_t* pb,
-                              std::int64_t p_lo, int ldp, std::uint32_t* spread, int chunk, const RowTiles& o, int cols,
-                              int width, bool fresh, KvLineStream* next) {
-    amx_accumulate_rows<kP>(v, v_lo, v_row_bytes, pb, p_lo, ldp, spread, chunk, o, cols, width, fresh, next);
+  static void accumulate_rows(const TileRows& v, std::int64_t v_lo, const std::uint32_t* pb, std::int64_t p_lo, int ldp,
+                              std::uint32_t* spread, int chunk, const RowTiles& o, int cols, int width, bool fresh,
+                              KvLineStream* next) {
+    amx_accumulate_rows<kP>(v, v_lo, pb, p_lo, ldp, spread, chunk, o, cols, width, fresh, next);
   }
   // An int8 cache's K codes read where they lie (above).
   static void scores_rows_i8(const char* k, std::int64_t k_row_bytes, const std::uint8_t* q_hi, const std::uint8_t* q_lo,

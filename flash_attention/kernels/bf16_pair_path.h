@@ -758,7 +758,9 @@ class PairTileSteps {
       if constexpr (DT == DType::kF16) {
         return detail::fp16_tile_reads_rows(Isa::kAmx, DT, job.kv_dtype, job.head_dim, job.kv_group, job.seq_q);
       }
-      if (job.kv_dtype != DType::kBF16) return true;
+      // A paged tile over two blocks is read so whatever the lines (the
+      // planner gives such tiles only to calls whose items read rows).
+      if (job.kv_dtype != DType::kBF16 || (job.block_table && (1 << job.block_shift) < job.tile_kv)) return true;
       auto lined_up = [](const char* base, std::int64_t row_elems) {
         return reinterpret_cast<std::uintptr_t>(base) % 64 == 0 && row_elems * 2 % 64 == 0;
       };
@@ -841,9 +843,9 @@ class PairTileSteps {
           return;
         }
 #endif
-        Engine::template scores_rows<kP>(k_rows_, k_lo_bytes_, k_row_bytes_, op_.qb, op_.q_lo, job_.tile_q, D(), cols16_,
+        Engine::template scores_rows<kP>(k_rows_, k_lo_bytes_, op_.qb, op_.q_lo, job_.tile_q, D(), cols16_,
                                          width(), w_.st, spans_, stream_);
-        if (k_scales_) scale_key_rows(k_scales_, job_.kv_scale_strides[0][2], width());
+        if (k_scales_) scale_key_rows(k_scales_, k_scale_stride_, width());
         laps.lap(kStageScores);
         return;
       }
@@ -871,13 +873,13 @@ class PairTileSteps {
     const int tq = job_.tile_q, tkv = job_.tile_kv, nvec = it_.nvec;
     if (job_.dropout.active) {  // dropout works on the fp32 P, which is packed afterwards
       softmax_raw_tile<DT>(job_, w_, it_, j0_, cols_);
-      if (v_scales_) scale_key_rows(v_scales_, job_.kv_scale_strides[1][2], it_.nvec * 16);
+      if (v_scales_) scale_key_rows(v_scales_, v_scale_stride_, it_.nvec * 16);
       pack_p_pairs<kP>(w_.st, cols_, cols_pad_, nvec, tq, op_.pb, tkv / 2, op_.p_lo);
     } else {
       const float scale = prepare_scores(job_, w_, it_, j0_, cols_);
       if (narrow_softmax()) {
         const float* weights = v_scales_;
-        const std::int64_t stride = job_.kv_scale_strides[1][2];
+        const std::int64_t stride = v_scale_stride_;
         if (it_.rows <= 4) {
           if (weights) softmax_to_pairs_narrow<4, true>(w_, cols_, cols_pad_, tq, scale, op_.pb, stream_, weights, stride);
           else softmax_to_pairs_narrow<4>(w_, cols_, cols_pad_, tq, scale, op_.pb, stream_);
@@ -887,7 +889,7 @@ class PairTileSteps {
         }
       } else if (v_scales_) {
         softmax_to_pairs<kP, kHalfSoftmax<DT>, true>(w_, cols_, cols_pad_, nvec, tq, scale, op_.pb, tkv / 2, op_.p_lo,
-                                                     stream_, v_scales_, job_.kv_scale_strides[1][2]);
+                                                     stream_, v_scales_, v_scale_stride_);
       } else {
         softmax_to_pairs<kP, kHalfSoftmax<DT>>(w_, cols_, cols_pad_, nvec, tq, scale, op_.pb, tkv / 2, op_.p_lo, stream_);
       }
@@ -898,7 +900,7 @@ class PairTileSteps {
       if (rows_) {
         if (!fresh) Engine::rescale_rows(w_, row_tiles(), width());
         laps.lap(kStageRescale);
-        Engine::template accumulate_rows<kP>(v_rows_, v_lo_bytes_, v_row_bytes_, op_.pb, op_.p_lo, tkv / 2,
+        Engine::template accumulate_rows<kP>(v_rows_, v_lo_bytes_, op_.pb, op_.p_lo, tkv / 2,
                                              reinterpret_cast<std::uint32_t*>(w_.vbuf), spread_keys(), row_tiles(), cols16_,
                                              width(), fresh, stream_);
         if (v_nonfinite_) add_nonfinite_v();
@@ -974,31 +976,34 @@ class PairTileSteps {
   void locate_rows(std::int64_t j0) {
     cols16_ = (cols_ + 15) & ~15;
     const std::int64_t row = kv_row(job_, it_.b, j0), es = kv_elem_bytes(job_);
-    k_row_bytes_ = job_.k_strides[2] * es;
-    v_row_bytes_ = job_.v_strides[2] * es;
-    k_rows_ = it_.kbase + row * k_row_bytes_;
-    v_rows_ = it_.vbase + row * v_row_bytes_;
+    k_rows_ = {it_.kbase + row * job_.k_strides[2] * es, nullptr, 1 << 30, job_.k_strides[2] * es};
+    v_rows_ = {it_.vbase + row * job_.v_strides[2] * es, nullptr, 1 << 30, job_.v_strides[2] * es};
+    const int split = paged_tile_split(job_, j0, cols_);
+    if (split < cols_) {  // a tile over two blocks of a paged cache (never more: the planner's tiles)
+      const std::int64_t second = kv_row(job_, it_.b, j0 + split);
+      k_rows_.second = it_.kbase + second * k_rows_.row_bytes;
+      v_rows_.second = it_.vbase + second * v_rows_.row_bytes;
+      k_rows_.split = v_rows_.split = split;
+    }
     v_src_ = v_rows_;
-    v_src_bytes_ = v_row_bytes_;
     if constexpr (DT == DType::kF16) return widen_fp16_rows();
 #if defined(__AVX512VBMI__)
     if (is_fp8(job_.kv_dtype)) return widen_fp8_rows();
     if (job_.kv_dtype == DType::kI8) return widen_int8_rows(row);
 #endif
-    v_nonfinite_ = screen_v_ && bf16_rows_nonfinite(v_rows_, v_row_bytes_);
+    v_nonfinite_ = screen_v_ && bf16_rows_nonfinite(v_rows_);
     if (cols16_ == cols_ && !v_nonfinite_) return;
     const std::int64_t bytes = std::int64_t(D()) * 2;
     char* k_copy = reinterpret_cast<char*>(w_.kbuf);
     char* v_copy = k_copy + cols16_ * bytes;
     for (int c = 0; c < cols_; ++c) {
-      std::memcpy(k_copy + c * bytes, k_rows_ + c * k_row_bytes_, bytes);
-      std::memcpy(v_copy + c * bytes, v_rows_ + c * v_row_bytes_, bytes);
+      std::memcpy(k_copy + c * bytes, k_rows_.row(c), bytes);
+      std::memcpy(v_copy + c * bytes, v_rows_.row(c), bytes);
     }
     std::memset(k_copy + cols_ * bytes, 0, (cols16_ - cols_) * bytes);
     std::memset(v_copy + cols_ * bytes, 0, (cols16_ - cols_) * bytes);
-    k_rows_ = k_copy;
-    v_rows_ = v_copy;
-    k_row_bytes_ = v_row_bytes_ = bytes;
+    k_rows_ = {k_copy, nullptr, 1 << 30, bytes};
+    v_rows_ = {v_copy, nullptr, 1 << 30, bytes};
     if (v_nonfinite_) zero_nonfinite_v(reinterpret_cast<std::uint16_t*>(v_copy));
   }
 
@@ -1025,12 +1030,12 @@ class PairTileSteps {
     }
     return _mm512_cmpeq_epi32_mask(top, exponent) == 0;
   }
-  bool bf16_rows_nonfinite(const char* rows, std::int64_t row_bytes) const {
+  bool bf16_rows_nonfinite(const TileRows& rows) const {
     const __m512i exponent = _mm512_set1_epi16(0x7f80);
     __m512i top = _mm512_setzero_si512();
     for (int c = 0; c < cols_; ++c) {
       for (int d0 = 0; d0 < dims(); d0 += 32) {
-        top = _mm512_max_epu16(top, _mm512_and_si512(_mm512_loadu_si512(rows + c * row_bytes + d0 * 2), exponent));
+        top = _mm512_max_epu16(top, _mm512_and_si512(_mm512_loadu_si512(rows.row(c) + d0 * 2), exponent));
       }
     }
     return _mm512_cmpeq_epi16_mask(top, exponent) != 0;
@@ -1043,7 +1048,7 @@ class PairTileSteps {
     }
   }
   float v_value(int c, int d) const {
-    const char* row = v_src_ + c * v_src_bytes_;
+    const char* row = v_src_.row(c);
     switch (job_.kv_dtype) {
       case DType::kFP8E4M3: return detail::fp8_e4m3_to_f32(static_cast<std::uint8_t>(row[d]));
       case DType::kFP8E5M2: return detail::fp8_e5m2_to_f32(static_cast<std::uint8_t>(row[d]));
@@ -1089,10 +1094,10 @@ class PairTileSteps {
     __m512i top = _mm512_setzero_si512();
     char* k_copy = reinterpret_cast<char*>(w_.kbuf);
     char* v_copy = reinterpret_cast<char*>(fp16_v_rows(w_, job_.tile_q, job_.tile_kv));
-    for (auto [src, stride, dst] : {std::tuple{k_rows_, k_row_bytes_, k_copy}, {v_rows_, v_row_bytes_, v_copy}}) {
+    for (auto [src, dst] : {std::pair{k_rows_, k_copy}, {v_rows_, v_copy}}) {
       const bool v = dst == v_copy;
       for (int c = 0; c < cols_; ++c) {
-        const char* row = src + c * stride;
+        const char* row = src.row(c);
         auto* hi = reinterpret_cast<std::uint16_t*>(dst + c * bytes);
         auto* lo = reinterpret_cast<std::uint16_t*>(dst + lo_bytes + c * bytes);
         for (int d0 = 0; d0 < dims; d0 += 32) {
@@ -1110,9 +1115,8 @@ class PairTileSteps {
         std::memset(dst + piece + cols_ * bytes, 0, (cols16_ - cols_) * bytes);
       }
     }
-    k_rows_ = k_copy;
-    v_rows_ = v_copy;
-    k_row_bytes_ = v_row_bytes_ = bytes;
+    k_rows_ = {k_copy, nullptr, 1 << 30, bytes};
+    v_rows_ = {v_copy, nullptr, 1 << 30, bytes};
     k_lo_bytes_ = v_lo_bytes_ = lo_bytes;
     v_nonfinite_ = _mm512_cmpeq_epi16_mask(top, exponent) != 0;
     if (v_nonfinite_) {
@@ -1153,10 +1157,10 @@ class PairTileSteps {
     const std::int64_t bytes = std::int64_t(dims) * 2;
     char* k_copy = reinterpret_cast<char*>(w_.kbuf);
     char* v_copy = k_copy + cols16_ * bytes;
-    for (auto [src, stride, dst] : {std::tuple{k_rows_, k_row_bytes_, k_copy}, {v_rows_, v_row_bytes_, v_copy}}) {
+    for (auto [src, dst] : {std::pair{k_rows_, k_copy}, {v_rows_, v_copy}}) {
       if (dst == k_copy && skip_k) continue;
       for (int c = 0; c < cols_; ++c) {
-        const char* row = src + c * stride;
+        const char* row = src.row(c);
         auto* out = reinterpret_cast<std::uint16_t*>(dst + c * bytes);
         for (int d0 = 0; d0 < dims; d0 += 64) {
           const bool whole = dims - d0 >= 64;
@@ -1170,12 +1174,8 @@ class PairTileSteps {
       }
       std::memset(dst + cols_ * bytes, 0, (cols16_ - cols_) * bytes);
     }
-    if (!skip_k) {
-      k_rows_ = k_copy;
-      k_row_bytes_ = bytes;
-    }
-    v_rows_ = v_copy;
-    v_row_bytes_ = bytes;
+    if (!skip_k) k_rows_ = {k_copy, nullptr, 1 << 30, bytes};
+    v_rows_ = {v_copy, nullptr, 1 << 30, bytes};
     return reinterpret_cast<std::uint16_t*>(v_copy);
   }
   Fp8Bf16Table fp8_table_{};  // an FP8 cache's (widen_fp8_rows)
@@ -1192,11 +1192,26 @@ class PairTileSteps {
     const Int8Bf16Table table = int8_table_;  // in registers: the stores may alias the member
     // K's codes read where they lie by the int8 products (k_codes_products_)
     // where the tile's keys fill whole blocks of 16 (a sequence's last tile
-    // is widened with zero rows after it, as a bf16 one is copied).
-    k_codes_in_place_ = k_codes_products_ && cols16_ == cols_;
+    // is widened with zero rows after it, as a bf16 one is copied) in one
+    // run (a tile over two blocks of a paged cache is widened).
+    const TileRows source = k_rows_;  // where the codes lie (widen_rows moves k_rows_ to the widened rows)
+    k_codes_in_place_ = k_codes_products_ && cols16_ == cols_ && source.contiguous();
     widen_rows(table, k_codes_in_place_, [](__m512i) {});
-    k_scales_ = it_.kv_scales.k ? it_.kv_scales.k + row * job_.kv_scale_strides[0][2] : nullptr;
-    v_scales_ = it_.kv_scales.v ? it_.kv_scales.v + row * job_.kv_scale_strides[1][2] : nullptr;
+    k_scale_stride_ = job_.kv_scale_strides[0][2];
+    v_scale_stride_ = job_.kv_scale_strides[1][2];
+    k_scales_ = it_.kv_scales.k ? it_.kv_scales.k + row * k_scale_stride_ : nullptr;
+    v_scales_ = it_.kv_scales.v ? it_.kv_scales.v + row * v_scale_stride_ : nullptr;
+    if (!source.contiguous()) {  // a tile over two blocks: its keys' scales gathered in order
+      const std::int64_t second = kv_row(job_, it_.b, j0_ + source.split);
+      for (int c = 0; c < cols_; ++c) {
+        const std::int64_t key = c < source.split ? row + c : second + (c - source.split);
+        if (k_scales_) gathered_scales_[0][c] = it_.kv_scales.k[key * k_scale_stride_];
+        if (v_scales_) gathered_scales_[1][c] = it_.kv_scales.v[key * v_scale_stride_];
+      }
+      if (k_scales_) k_scales_ = gathered_scales_[0];
+      if (v_scales_) v_scales_ = gathered_scales_[1];
+      k_scale_stride_ = v_scale_stride_ = 1;
+    }
     // The next tile's scales, a line or two a tile that the stream of the
     // K/V lines leaves out (so each tile would wait for them from DRAM).
     if (k_scales_ && j0_ + job_.tile_kv < it_.kv_end) {
@@ -1256,10 +1271,10 @@ class PairTileSteps {
     const int tq = job_.tile_q;
     auto* s_hi = reinterpret_cast<std::int32_t*>(w_.kbuf);
     std::int32_t* s_lo = s_hi + std::int64_t(cols16_) * 16;
-    Engine::scores_rows_i8(k_rows_, k_row_bytes_, hi, lo, static_cast<int>(job_.head_dim), cols16_, s_hi, s_lo, 16,
-                           stream_);
+    Engine::scores_rows_i8(k_rows_.first, k_rows_.row_bytes, hi, lo, static_cast<int>(job_.head_dim), cols16_, s_hi,
+                           s_lo, 16, stream_);
     const __m512 row_scale = _mm512_loadu_ps(q_row_scale_);
-    const std::int64_t kss = job_.kv_scale_strides[0][2];
+    const std::int64_t kss = k_scale_stride_;
     for (int c = 0; c < cols_; ++c) {
       const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_loadu_si512(s_hi + c * 16), 8),
                                            _mm512_loadu_si512(s_lo + c * 16));
@@ -1300,22 +1315,24 @@ class PairTileSteps {
   int kv_heads_side_by_side_ = 1;
   KvOperands kv_{};
   const Elem<DT>* k_in_place_ = nullptr;  // the tile's K rows, when the engine reads them as they are
-  // Rows where they lie (reads_rows): the tile's first K and V rows, their
-  // strides in bytes, and its keys rounded up to a block of 16.
+  // Rows where they lie (reads_rows): the tile's K and V rows (over two
+  // blocks of a paged cache, TileRows), and its keys rounded up to a block
+  // of 16.
   const bool rows_;
-  const char* k_rows_ = nullptr;
-  const char* v_rows_ = nullptr;
-  std::int64_t k_row_bytes_ = 0, v_row_bytes_ = 0;
+  TileRows k_rows_, v_rows_;
   // fp16's (widen_fp16_rows): bytes from each hi row to its lo row.
   std::int64_t k_lo_bytes_ = 0, v_lo_bytes_ = 0;
   int cols16_ = 0;
   // V's rows as given (add_nonfinite_v), and whether they hold a non-finite value.
-  const char* v_src_ = nullptr;
-  std::int64_t v_src_bytes_ = 0;
+  TileRows v_src_;
   bool v_nonfinite_ = false;
   // An int8 cache's K and V scales at the tile's first key (widen_int8_rows).
   const float* k_scales_ = nullptr;
   const float* v_scales_ = nullptr;
+  std::int64_t k_scale_stride_ = 0, v_scale_stride_ = 0;
+  // A tile over two blocks of a paged cache (detail::kPagedSplitTileKv keys):
+  // its keys' K and V scales, gathered.
+  float gathered_scales_[2][detail::kPagedSplitTileKv] = {};
   const bool screen_v_;
   bool rerun_ = false;
 };

@@ -44,6 +44,11 @@ static constexpr bool row_path_has_pair_products(Isa isa, DType dtype, DType kv_
 // The most K/V heads one packed tile item walks together (TilePlan::pack_gqa
 // up to this many GQA groups; tile_scheduler.h, tile_kv_heads).
 inline constexpr int kMaxTileKvHeads = 16;
+// A paged cache's K/V tiles lie in one block each, but a packed tile that
+// reads K/V as rows where they lie (below) takes this many keys over blocks
+// of half as many (16: the pair path's tiles are multiples of 32 keys, and
+// a 16-key tile ran the FMA loop at a quarter of the speed).
+inline constexpr int kPagedSplitTileKv = 32;
 // Whether the tile path reads bf16 K and V as rows where they lie (the AMX
 // engine, head_dim a multiple of 32; amx_tile_path.h): a packed GQA group's
 // tile then streams K/V with no packing, at the tile unit's speed.  So does

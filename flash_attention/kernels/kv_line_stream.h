@@ -20,6 +20,10 @@ struct KvLineStream {
   const char* base[2] = {nullptr, nullptr};  // K, V
   std::int64_t stride[2] = {0, 0};           // row strides in bytes
   int rows = 0, lines_per_row = 0;
+  // A tile over two blocks of a paged cache: rows from `split` on start at
+  // second[part] (row split's), not where the first block's rows lead.
+  const char* second[2] = {nullptr, nullptr};
+  int split = 1 << 30;
   int part = 2, row = 0;  // the next run's part (2 = done) and first row
   // Tile loops that issue this stream in turn (run_tiles_together's heads
   // side by side): each step's share is divided among them.
@@ -31,6 +35,10 @@ struct KvLineStream {
   const char* end = nullptr;
 
   int total_lines() const { return 2 * rows * lines_per_row; }
+  // Row r of part p (0: K, 1: V).
+  const char* row_at(int p, int r) const {
+    return r < split ? base[p] + r * stride[p] : second[p] + (r - split) * stride[p];
+  }
   // Lines per step for a phase of `steps` steps that carries 1 / `phases`.
   int per_step(int steps, int phases) const {
     const int parts = phases * steps * sharers;
@@ -57,8 +65,9 @@ struct KvLineStream {
     for (; part < 2; ++part, row = 0) {
       if (row < rows) {
         const std::int64_t bytes = std::int64_t(lines_per_row) * 64;
-        const int n = stride[part] == bytes ? rows - row : 1;
-        at = base[part] + row * stride[part];
+        const int run_end = row < split && split < rows ? split : rows;
+        const int n = stride[part] == bytes ? run_end - row : 1;
+        at = row_at(part, row);
         end = at + n * bytes;
         row += n;
         return true;

@@ -120,16 +120,39 @@ struct KvTile {
 
 // The pool row of K/V row j of batch b (rows from the head's base,
 // TileItem::kbase): j itself, or through the block table of a paged cache.
-// A tile's rows are consecutive either way (tiles never cross a block).
+// A tile's rows are consecutive either way (tiles never cross a block),
+// but for the tile unit's packed tiles that read rows where they lie: those
+// take 32 keys over blocks of 16 (paged_tile_split).
 inline std::int64_t kv_row(const AttentionJob& job, std::int64_t b, std::int64_t j) {
   if (!job.block_table) return j;
   const std::int64_t block = job.block_table[b * job.blocks_per_seq + (j >> job.block_shift)];
   return (block << job.block_shift) + (j & ((std::int64_t{1} << job.block_shift) - 1));
 }
 
+// The rows of a tile of `rows` keys from j that lie in j's block (all of
+// them but in a paged cache whose blocks are shorter than the tile).
+inline int paged_tile_split(const AttentionJob& job, std::int64_t j, int rows) {
+  if (!job.block_table) return rows;
+  const std::int64_t in_block = (std::int64_t{1} << job.block_shift) - (j & ((std::int64_t{1} << job.block_shift) - 1));
+  return in_block < rows ? static_cast<int>(in_block) : rows;
+}
+
+// A tile's K or V rows where they lie: row r at `first` + r x `row_bytes`,
+// but from `split` on (a paged cache's tile over two blocks, split a
+// multiple of 16) at `second` + (r - split) x `row_bytes`.
+struct TileRows {
+  const char* first = nullptr;
+  const char* second = nullptr;
+  int split = 1 << 30;
+  std::int64_t row_bytes = 0;
+  const char* row(int r) const { return r < split ? first + r * row_bytes : second + (r - split) * row_bytes; }
+  bool contiguous() const { return second == nullptr; }
+};
+
 // The lines of batch b's K/V tile at j1 (empty at kv_end): `heads` K/V
 // heads side by side from kbase / vbase (their rows' head_dim x heads
-// elements contiguous).
+// elements contiguous).  A tile over two blocks streams both; one over
+// more (never planned) streams the first two, the rest left to the loads.
 inline KvLineStream kv_tile_lines(const AttentionJob& job, const char* kbase, const char* vbase, std::int64_t b,
                                   std::int64_t j1, std::int64_t kv_end, int heads = 1) {
   KvLineStream s;
@@ -142,6 +165,15 @@ inline KvLineStream kv_tile_lines(const AttentionJob& job, const char* kbase, co
   s.rows = static_cast<int>(kv_end - j1 < job.tile_kv ? kv_end - j1 : job.tile_kv);
   s.lines_per_row = static_cast<int>((heads * job.head_dim * es + 63) / 64);
   s.part = 0;
+  const int split = paged_tile_split(job, j1, s.rows);
+  if (split < s.rows) {
+    const std::int64_t second = kv_row(job, b, j1 + split);
+    s.second[0] = kbase + second * job.k_strides[2] * es;
+    s.second[1] = vbase + second * job.v_strides[2] * es;
+    s.split = split;
+    const int second_rows = 1 << job.block_shift;
+    if (s.rows > split + second_rows) s.rows = split + second_rows;
+  }
   return s;
 }
 

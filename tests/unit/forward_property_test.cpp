@@ -351,6 +351,17 @@ const KvRowsCase kKvRowsCases[] = {
      DType::kF16, DType::kF16, 16},
     {"fp16_group4_rows12_head_dim_256", Layout::kBNSD, 1, 3, 270, 8, 2, 256, 0, 0, {}, true, false, false, false, 0.0f,
      DType::kF16, DType::kF16},
+    // A paged cache of 16-token blocks: 32-key tiles over two blocks (bf16
+    // in place, an int8 cache's codes and scales gathered, FP8 and fp16
+    // widened), the sequences' ends inside a block.
+    {"paged16_bsh_heads_together_lengths", Layout::kBSH, 2, 1, 700, 32, 8, 64, 0, 16, {700, 45}, false, true, false,
+     false, 0.0f},
+    {"int8_paged16_bsh_decode_lengths_softcap", Layout::kBSH, 2, 1, 333, 64, 8, 128, 0, 16, {333, 77}, false, false,
+     false, false, 30.0f, DType::kI8},
+    {"fp8_e4m3_paged16_spec_group4_causal_alibi", Layout::kBNSD, 1, 3, 300, 8, 2, 128, 2, 16, {}, true, false, true,
+     false, 0.0f, DType::kFP8E4M3},
+    {"fp16_paged16_bsh_rows12_causal_sinks", Layout::kBSH, 1, 3, 333, 16, 4, 64, 0, 16, {}, true, true, false, false,
+     0.0f, DType::kF16, DType::kF16},
     // fp16 groups of up to 512 rows share packed tiles: 64 queries of 8 heads.
     {"fp16_group8_rows512_causal_sinks", Layout::kBNSD, 1, 64, 300, 16, 2, 128, 0, 0, {}, true, true, false, false, 0.0f,
      DType::kF16, DType::kF16},
@@ -396,6 +407,18 @@ TEST_P(KvRows, MatchesFloat64Reference) {
   ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, c.dtype, k.kv_dtype, &plan).ok());
   EXPECT_TRUE(plan.pack_tile) << "the case should run a packed GQA tile";
   EXPECT_EQ(plan.pack_gqa, k.layout == Layout::kBNSD ? k.heads / k.kv_heads : k.heads) << "heads an item holds";
+  if (k.paged_block_size == 16) {  // the plan of the paged call: 32 keys over two blocks
+    fa::AttentionParams paged = p;
+    paged.block_size = 16;
+    paged.max_blocks_per_seq = (p.seq_kv + 15) / 16;
+    paged.kv_num_blocks = p.batch * paged.max_blocks_per_seq;
+    const std::vector<std::int32_t> table(static_cast<std::size_t>(paged.kv_num_blocks), 0);
+    paged.block_table = table.data();
+    fa::TilePlan paged_plan;
+    const fa::Status s = fa::plan(fa::cli::kVersion, paged, c.dtype, k.kv_dtype, &paged_plan);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(paged_plan.tile_kv, 32);
+  }
   // fp16 in two bf16 pieces loses only the dropped lo x lo products (below
   // 2^-14 of each): O's error is its own rounding to fp16 (about 2e-4), so
   // a piece's product left out shows against a bound tighter than fp16's
@@ -1427,6 +1450,63 @@ TEST_P(EdgeCases, PagedCacheEqualsContiguousBitForBit) {
           ASSERT_TRUE(s.ok()) << s.message();
           const std::string where = std::string(fa::layout_name(layout)) + " seq_q " + std::to_string(seq_q) +
                                     " block " + std::to_string(block) + (own_lengths ? " seqlens_kv" : "");
+          EXPECT_EQ(0, std::memcmp(contiguous.o.data(), pooled.o.data(), contiguous.o.bytes())) << where;
+          EXPECT_EQ(0, std::memcmp(contiguous.lse.data(), pooled.lse.data(), contiguous.lse.size() * sizeof(float))) << where;
+        }
+      }
+    }
+  }
+}
+
+// The tile unit's packed tiles that read K/V as rows take 32 keys over two
+// blocks of 16 of a paged cache (vLLM's default block size; a 16-key tile
+// would leave the pair path): the bits of the same 32-key tiles over the
+// keys stored contiguously, for GQA decoding and speculative rows in bf16
+// (read in place) and speculative rows in fp16 (12 and 32 rows a K/V head,
+// widened into pieces; fewer take the row path), both layouts, a last tile
+// inside a block and one ending at a block's end, per-sequence key counts,
+// splits; LSE too.
+TEST_P(EdgeCases, PagedTilesOverTwoBlocksEqualContiguousBitForBit) {
+  if (kFa1) GTEST_SKIP() << "FA1 refuses a paged cache";
+  if (isa() != fa::Isa::kAmx || dtype() == DType::kF32) GTEST_SKIP() << "the tile unit's rows tiles only";
+  std::uint64_t seed = 77;
+  const std::int32_t lengths[2] = {304, 141};
+  for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
+    const std::vector<std::int64_t> seq_qs = dtype() == DType::kF16 ? std::vector<std::int64_t>{3, 8} : std::vector<std::int64_t>{1, 3};
+    for (std::int64_t seq_q : seq_qs) {
+      for (std::int64_t head_dim : {64, 128}) {
+        for (bool own_lengths : {false, true}) {
+          fa::AttentionParams p;
+          p.batch = 2;
+          p.seq_q = seq_q;
+          p.seq_kv = 317;
+          p.num_heads = 16;
+          p.num_kv_heads = 4;
+          p.head_dim = head_dim;
+          p.causal = seq_q > 1;
+          p.tile_kv = 32;  // the same tiles for both calls
+          p.num_splits = own_lengths ? 1 : 3;
+          p.isa = isa();
+          p.kv_heads_side_by_side = layout != Layout::kBNSD;
+          if (own_lengths) p.seqlens_kv = lengths;
+          StoredCall contiguous(p, dtype(), layout, 61);
+          const fa::cli::PagedCache cache = fa::cli::make_paged_cache(p.batch, p.seq_kv, 16, ++seed, 3);
+          fa::AttentionParams paged = p;
+          cache.bind(paged);
+          const std::string where = std::string(fa::layout_name(layout)) + " seq_q " + std::to_string(seq_q) +
+                                    " head_dim " + std::to_string(head_dim) + (own_lengths ? " seqlens_kv" : "");
+          fa::TilePlan plan;
+          ASSERT_TRUE(fa::plan(fa::cli::kVersion, paged, dtype(), &plan).ok()) << where;
+          EXPECT_TRUE(plan.pack_tile) << where;
+          EXPECT_EQ(plan.tile_kv, 32) << where << ": 32 keys over two blocks of 16";
+          StoredCall pooled(p, dtype(), layout, 61);
+          fa::cli::HostBuffer kpool = fa::cli::scatter_to_pool(cache, contiguous.t.k, layout, p.seqlens_kv);
+          fa::cli::HostBuffer vpool = fa::cli::scatter_to_pool(cache, contiguous.t.v, layout, p.seqlens_kv);
+          pooled.t.k = fa::make_view(kpool.data(), dtype(), layout, 1, 4, cache.pool_tokens(), head_dim);
+          pooled.t.v = fa::make_view(vpool.data(), dtype(), layout, 1, 4, cache.pool_tokens(), head_dim);
+          ASSERT_TRUE(fa::cli::kForward(p, contiguous.t).ok()) << where;
+          const fa::Status s = fa::cli::kForward(paged, pooled.t);
+          ASSERT_TRUE(s.ok()) << s.message();
           EXPECT_EQ(0, std::memcmp(contiguous.o.data(), pooled.o.data(), contiguous.o.bytes())) << where;
           EXPECT_EQ(0, std::memcmp(contiguous.lse.data(), pooled.lse.data(), contiguous.lse.size() * sizeof(float))) << where;
         }

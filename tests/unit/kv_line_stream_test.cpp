@@ -19,7 +19,8 @@ std::vector<const char*> expected_lines(const KvLineStream& s) {
   std::vector<const char*> lines;
   for (int part = 0; part < 2; ++part) {
     for (int r = 0; r < s.rows; ++r) {
-      for (int l = 0; l < s.lines_per_row; ++l) lines.push_back(s.base[part] + r * s.stride[part] + l * 64);
+      const char* row = s.row_at(part, r);
+      for (int l = 0; l < s.lines_per_row; ++l) lines.push_back(row + l * 64);
     }
   }
   return lines;
@@ -35,7 +36,8 @@ std::vector<const char*> visited_lines(KvLineStream s, int step) {
 }
 
 KvLineStream stream(const char* k, const char* v, std::int64_t k_stride, std::int64_t v_stride, int rows,
-                    int lines_per_row) {
+                    int lines_per_row, int split = 1 << 30, const char* k_second = nullptr,
+                    const char* v_second = nullptr) {
   KvLineStream s;
   s.base[0] = k;
   s.base[1] = v;
@@ -44,6 +46,9 @@ KvLineStream stream(const char* k, const char* v, std::int64_t k_stride, std::in
   s.rows = rows;
   s.lines_per_row = lines_per_row;
   s.part = 0;
+  s.split = split;
+  s.second[0] = k_second;
+  s.second[1] = v_second;
   return s;
 }
 
@@ -58,6 +63,10 @@ TEST(KvLineStream, VisitsEachLineOnceInOrderForEveryLayoutAndStep) {
       stream(k, v, 192, 192, 5, 3),      // rows of three lines end to end
       stream(k, v, 0, 0, 1, 96),         // a shared slot: one long row each
       stream(k, v, 128, 128, 1, 2),      // a tile of one key
+      // a tile over two blocks of a paged cache, its second block before its
+      // first in the pool: rows end to end, then a token row apart
+      stream(k + 8192, v + 8192, 256, 256, 32, 4, 16, k, v),
+      stream(k + 65536, v + 65536, 2048, 2048, 29, 4, 16, k, v),
   };
   for (const KvLineStream& s : layouts) {
     const std::vector<const char*> want = expected_lines(s);
