@@ -429,12 +429,12 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   }
   // A paged cache's K/V tiles never cross a block: a caller's tile_kv must
   // fit in one; any other (table, cache, build default) is cut to it.  But
-  // a packed GQA tile that reads K/V as rows where they lie takes 32 keys
-  // over two blocks of 16 (vLLM's default block size), each 16 rows of a
-  // tile load in one block: a 16-key tile would leave the pair path (its
-  // tiles are multiples of 32 keys) for the FMA loop, 4.2-5.5x the time of
-  // GQA decoding (docs/PERF.md).
-  const bool split_tiles = pack_tile && group > 1 && tq >= group && (rows_tile || fp16_rows_tile) &&
+  // a packed tile that reads K/V as rows where they lie (GQA groups, a
+  // head's short queries) takes 32 keys over two blocks of 16 (vLLM's
+  // default block size), each 16 rows of a tile load in one block: a 16-key
+  // tile would leave the pair path (its tiles are multiples of 32 keys) for
+  // the FMA loop, 4-9x the time of decoding (docs/PERF.md).
+  const bool split_tiles = pack_tile && tq >= group && (rows_tile || fp16_rows_tile) &&
                            2 * p.block_size == detail::kPagedSplitTileKv;
   const bool split_tile_asked = p.tile_kv <= 0 || tkv == detail::kPagedSplitTileKv;
   if (p.block_table && split_tiles && tkv >= detail::kPagedSplitTileKv && split_tile_asked) {

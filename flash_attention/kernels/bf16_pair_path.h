@@ -642,6 +642,7 @@ inline std::size_t pair_kv_pack_bytes(const AttentionJob& job) {
       job.seq_q <= job.row_rows || job.q_tiles * job.kv_group < 2) {
     return 0;  // not the tile path, or each K/V tile is visited once per call
   }
+  if (job.block_table && (1 << job.block_shift) < job.tile_kv) return 0;  // tiles over two blocks: read as rows
   const int kP = job.dtype == DType::kF16 ? 2 : 1;
   const std::int64_t tiles = (job.seq_kv + job.tile_kv - 1) / job.tile_kv;
   const std::int64_t slots = job.batch * (job.heads / job.kv_group) * tiles;

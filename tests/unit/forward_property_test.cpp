@@ -360,6 +360,8 @@ const KvRowsCase kKvRowsCases[] = {
      false, false, 30.0f, DType::kI8},
     {"fp8_e4m3_paged16_spec_group4_causal_alibi", Layout::kBNSD, 1, 3, 300, 8, 2, 128, 2, 16, {}, true, false, true,
      false, 0.0f, DType::kFP8E4M3},
+    {"no_group_paged16_rows40_tile16_causal_sinks", Layout::kBNSD, 2, 40, 333, 2, 2, 128, 0, 16, {}, true, true, false,
+     false, 0.0f, DType::kBF16, DType::kBF16, 16},
     {"fp16_paged16_bsh_rows12_causal_sinks", Layout::kBSH, 1, 3, 333, 16, 4, 64, 0, 16, {}, true, true, false, false,
      0.0f, DType::kF16, DType::kF16},
     // fp16 groups of up to 512 rows share packed tiles: 64 queries of 8 heads.
