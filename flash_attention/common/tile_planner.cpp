@@ -433,9 +433,15 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // head's short queries) takes 32 keys over two blocks of 16 (vLLM's
   // default block size), each 16 rows of a tile load in one block: a 16-key
   // tile would leave the pair path (its tiles are multiples of 32 keys) for
-  // the FMA loop, 4-9x the time of decoding (docs/PERF.md).
-  const bool split_tiles = pack_tile && tq >= group && (rows_tile || fp16_rows_tile) &&
-                           2 * p.block_size == detail::kPagedSplitTileKv;
+  // the FMA loop, 4-9x the time of decoding and 6x that of chunked prefill
+  // (docs/PERF.md).
+  // So does every other tile of the tile unit's pair path (longer queries:
+  // chunked prefill onto the cache; fp16's packed groups), whose packing
+  // reads each row where it lies.
+  const bool packed_rows = pack_tile && tq >= group && (rows_tile || fp16_rows_tile);
+  const bool amx_pairs = isa == Isa::kAmx && kv_dtype == dtype && (dtype == DType::kBF16 || dtype == DType::kF16) &&
+                         (pack_tile ? tq >= group : longest_q > row_rows);
+  const bool split_tiles = (packed_rows || amx_pairs) && 2 * p.block_size == detail::kPagedSplitTileKv;
   const bool split_tile_asked = p.tile_kv <= 0 || tkv == detail::kPagedSplitTileKv;
   if (p.block_table && split_tiles && tkv >= detail::kPagedSplitTileKv && split_tile_asked) {
     tkv = detail::kPagedSplitTileKv;

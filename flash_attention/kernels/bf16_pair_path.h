@@ -253,12 +253,14 @@ inline void pack_q_pairs(const Elem<DT>* q, std::int64_t q_row_stride, std::int6
 // d / 32) contiguous (16 rows of 64 bytes) at kp[(c / 16 * (D / 32) + d / 32) * 512],
 // keys from `cols` to cols_pad zero.  Read in place, K rows lie a whole
 // token apart (4 KiB for 16 heads of 128 in BSH), so a tile's 16 rows would
-// fall in one L1 set.
+// fall in one L1 set.  Rows from `split` on start at `second` (a paged
+// cache's tile over two blocks, kv_tiles.h).
 template <DType DT>
 inline void pack_k_tiles(const Elem<DT>* k, std::int64_t k_row_stride, int cols, int cols_pad, int dims, int D,
-                         std::uint16_t* kp, std::int64_t lo) {
+                         std::uint16_t* kp, std::int64_t lo, const Elem<DT>* second = nullptr, int split = 1 << 30) {
   for (int c = 0; c < cols_pad; ++c) {
-    const Elem<DT>* row = k + std::int64_t(c) * k_row_stride;
+    const Elem<DT>* row =
+        c < split ? k + std::int64_t(c) * k_row_stride : second + std::int64_t(c - split) * k_row_stride;
     std::uint16_t* out = kp + (std::int64_t(c / 16) * (D / 32)) * 512 + (c % 16) * 32;
     for (int d0 = 0; d0 < D; d0 += 32) {
       __m512i hi = _mm512_setzero_si512(), lo_piece = _mm512_setzero_si512();
@@ -273,18 +275,23 @@ inline void pack_k_tiles(const Elem<DT>* k, std::int64_t k_row_stride, int cols,
 // order: the 16 dims x 32 keys of block (d / 16, c / 32) contiguous (16 rows
 // of 64 bytes) at vt[(d / 16 * (ldvt / 16) + c / 32) * 256], ldvt = tile_kv / 2;
 // keys from `cols` to cols_pad are zero (their probabilities are zero too,
-// and 0 * garbage could be NaN).
+// and 0 * garbage could be NaN).  Rows from `split` (even) on start at
+// `second`, as pack_k_tiles takes them.
 template <DType DT>
 inline void pack_v_transposed(const Elem<DT>* v, std::int64_t v_row_stride, int cols, int cols_pad, int dims, int D,
-                              std::uint32_t* vt, int ldvt, std::int64_t lo) {
+                              std::uint32_t* vt, int ldvt, std::int64_t lo, const Elem<DT>* second = nullptr,
+                              int split = 1 << 30) {
+  auto row = [&](int c) {
+    return c < split ? v + std::int64_t(c) * v_row_stride : second + std::int64_t(c - split) * v_row_stride;
+  };
   for (int c0 = 0; c0 < cols_pad; c0 += 32) {
     for (int d0 = 0; d0 < D; d0 += 16) {
       __m512i hi_block[16], lo_block[16];
       for (int p = 0; p < 16; ++p) {
         const int c = c0 + 2 * p;
         __m512i even_hi = _mm512_setzero_si512(), even_lo = even_hi, odd_hi = even_hi, odd_lo = even_hi;
-        if (c < cols) load_pieces_n<DT, 16>(v + std::int64_t(c) * v_row_stride + d0, dims - d0, &even_hi, &even_lo);
-        if (c + 1 < cols) load_pieces_n<DT, 16>(v + std::int64_t(c + 1) * v_row_stride + d0, dims - d0, &odd_hi, &odd_lo);
+        if (c < cols) load_pieces_n<DT, 16>(row(c) + d0, dims - d0, &even_hi, &even_lo);
+        if (c + 1 < cols) load_pieces_n<DT, 16>(row(c + 1) + d0, dims - d0, &odd_hi, &odd_lo);
         hi_block[p] = _mm512_or_si512(even_hi, _mm512_slli_epi32(odd_hi, 16));
         lo_block[p] = _mm512_or_si512(even_lo, _mm512_slli_epi32(odd_lo, 16));
       }
@@ -642,7 +649,8 @@ inline std::size_t pair_kv_pack_bytes(const AttentionJob& job) {
       job.seq_q <= job.row_rows || job.q_tiles * job.kv_group < 2) {
     return 0;  // not the tile path, or each K/V tile is visited once per call
   }
-  if (job.block_table && (1 << job.block_shift) < job.tile_kv) return 0;  // tiles over two blocks: read as rows
+  // A packed tile over two blocks of a paged cache reads its rows in place.
+  if (job.pack_tile && job.block_table && (1 << job.block_shift) < job.tile_kv) return 0;
   const int kP = job.dtype == DType::kF16 ? 2 : 1;
   const std::int64_t tiles = (job.seq_kv + job.tile_kv - 1) / job.tile_kv;
   const std::int64_t slots = job.batch * (job.heads / job.kv_group) * tiles;
@@ -684,9 +692,11 @@ inline KvOperands shared_kv_tile(const AttentionJob& job, const TileItem& it, st
   if (s == 0 && __atomic_compare_exchange_n(state, &s, 1u, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
     const auto* k16 = reinterpret_cast<const Elem<DT>*>(it.kbase);
     const auto* v16 = reinterpret_cast<const Elem<DT>*>(it.vbase);
-    const std::int64_t row = kv_row(job, it.b, j0);
-    pack_k_tiles<DT>(k16 + row * job.k_strides[2], job.k_strides[2], cols, cols_pad, dims, D, slot, op.k_lo);
-    pack_v_transposed<DT>(v16 + row * job.v_strides[2], job.v_strides[2], cols, cols_pad, dims, D, slot_v, tkv / 2, op.v_lo);
+    const std::int64_t row = kv_row(job, it.b, j0), ks = job.k_strides[2], vs = job.v_strides[2];
+    const int split = paged_tile_split(job, j0, cols);
+    const std::int64_t second = split < cols ? kv_row(job, it.b, j0 + split) : row + split;
+    pack_k_tiles<DT>(k16 + row * ks, ks, cols, cols_pad, dims, D, slot, op.k_lo, k16 + second * ks, split);
+    pack_v_transposed<DT>(v16 + row * vs, vs, cols, cols_pad, dims, D, slot_v, tkv / 2, op.v_lo, v16 + second * vs, split);
     __atomic_store_n(state, 2u, __ATOMIC_RELEASE);
     s = 2;
   }
@@ -820,17 +830,20 @@ class PairTileSteps {
     k_in_place_ = nullptr;
     if (kv_.own) {
       const std::int64_t ks = job_.k_strides[2];
-      const Elem<DT>* k = reinterpret_cast<const Elem<DT>*>(it_.kbase) + kv_row(job_, it_.b, j0) * ks;
+      const auto* k16 = reinterpret_cast<const Elem<DT>*>(it_.kbase);
+      const Elem<DT>* k = k16 + kv_row(job_, it_.b, j0) * ks;
+      const int split = paged_tile_split(job_, j0, cols_);
       // An engine that broadcasts K's pairs reads bf16 rows where they lie:
       // a tile no other item reads (short queries, packed groups) is then
       // never packed.
       if constexpr (Engine::kReadsKInPlace && DT == DType::kBF16) {
-        if (Engine::reads_k_in_place(job_.head_dim, cols_, ks)) {
+        if (split == cols_ && Engine::reads_k_in_place(job_.head_dim, cols_, ks)) {
           k_in_place_ = k;
           return;
         }
       }
-      pack_k_tiles<DT>(k, ks, cols_, cols_pad_, dims(), D(), op_.kp, op_.k_lo);
+      const Elem<DT>* second = split < cols_ ? k16 + kv_row(job_, it_.b, j0 + split) * ks : k + split * ks;
+      pack_k_tiles<DT>(k, ks, cols_, cols_pad_, dims(), D(), op_.kp, op_.k_lo, second, split);
     }
   }
   // Sᵀ = K · Qᵀ; then Vᵀ packed when it is the item's own.
@@ -864,8 +877,11 @@ class PairTileSteps {
     laps.lap(kStageScores);
     if (kv_.own) {
       const std::int64_t vs = job_.v_strides[2];
-      pack_v_transposed<DT>(reinterpret_cast<const Elem<DT>*>(it_.vbase) + kv_row(job_, it_.b, j0_) * vs, vs, cols_,
-                            cols_pad_, dims(), D(), op_.vt, job_.tile_kv / 2, op_.v_lo);
+      const auto* v16 = reinterpret_cast<const Elem<DT>*>(it_.vbase);
+      const Elem<DT>* v = v16 + kv_row(job_, it_.b, j0_) * vs;
+      const int split = paged_tile_split(job_, j0_, cols_);
+      const Elem<DT>* second = split < cols_ ? v16 + kv_row(job_, it_.b, j0_ + split) * vs : v + split * vs;
+      pack_v_transposed<DT>(v, vs, cols_, cols_pad_, dims(), D(), op_.vt, job_.tile_kv / 2, op_.v_lo, second, split);
     }
     laps.lap(kStageKv);
   }

@@ -1460,21 +1460,24 @@ TEST_P(EdgeCases, PagedCacheEqualsContiguousBitForBit) {
   }
 }
 
-// The tile unit's packed tiles that read K/V as rows take 32 keys over two
-// blocks of 16 of a paged cache (vLLM's default block size; a 16-key tile
-// would leave the pair path): the bits of the same 32-key tiles over the
-// keys stored contiguously, for GQA decoding and speculative rows in bf16
-// (read in place) and speculative rows in fp16 (12 and 32 rows a K/V head,
-// widened into pieces; fewer take the row path), both layouts, a last tile
-// inside a block and one ending at a block's end, per-sequence key counts,
-// splits; LSE too.
+// The tile unit's packed tiles that read K/V as rows, and its tile path of
+// longer queries, take 32 keys over two blocks of 16 of a paged cache
+// (vLLM's default block size; a 16-key tile would leave the pair path): the
+// bits of the same 32-key tiles over the keys stored contiguously, for GQA
+// decoding and speculative rows in bf16 (read in place) and speculative
+// rows in fp16 (12 and 32 rows a K/V head, widened into pieces; fewer take
+// the row path), 100 queries (each tile packed from its two blocks: bf16's
+// tile path, fp16's packed group of 400 rows), both
+// layouts, a last tile inside a block and one ending at a block's end,
+// per-sequence key counts, splits; LSE too.
 TEST_P(EdgeCases, PagedTilesOverTwoBlocksEqualContiguousBitForBit) {
   if (kFa1) GTEST_SKIP() << "FA1 refuses a paged cache";
   if (isa() != fa::Isa::kAmx || dtype() == DType::kF32) GTEST_SKIP() << "the tile unit's rows tiles only";
   std::uint64_t seed = 77;
   const std::int32_t lengths[2] = {304, 141};
   for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
-    const std::vector<std::int64_t> seq_qs = dtype() == DType::kF16 ? std::vector<std::int64_t>{3, 8} : std::vector<std::int64_t>{1, 3};
+    const std::vector<std::int64_t> seq_qs =
+        dtype() == DType::kF16 ? std::vector<std::int64_t>{3, 8, 100} : std::vector<std::int64_t>{1, 3, 100};
     for (std::int64_t seq_q : seq_qs) {
       for (std::int64_t head_dim : {64, 128}) {
         for (bool own_lengths : {false, true}) {
@@ -1499,7 +1502,9 @@ TEST_P(EdgeCases, PagedTilesOverTwoBlocksEqualContiguousBitForBit) {
                                     " head_dim " + std::to_string(head_dim) + (own_lengths ? " seqlens_kv" : "");
           fa::TilePlan plan;
           ASSERT_TRUE(fa::plan(fa::cli::kVersion, paged, dtype(), &plan).ok()) << where;
-          EXPECT_TRUE(plan.pack_tile) << where;
+          if (dtype() == DType::kBF16) {
+            EXPECT_EQ(plan.pack_tile, seq_q < 100) << where << ": a packed tile, or the tile path";
+          }
           EXPECT_EQ(plan.tile_kv, 32) << where << ": 32 keys over two blocks of 16";
           StoredCall pooled(p, dtype(), layout, 61);
           fa::cli::HostBuffer kpool = fa::cli::scatter_to_pool(cache, contiguous.t.k, layout, p.seqlens_kv);
