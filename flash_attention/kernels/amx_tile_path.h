@@ -362,18 +362,17 @@ inline void amx_scores_rows_pieces(const char* k, std::int64_t k_lo, std::int64_
 // unsigned), so s_hi[c][r] = sum_d K[c][d] Qhi[r][d] and s_lo[c][r] = sum_d
 // K[c][d] Qlo[r][d] (int32, TDPBSSD and TDPBSUD) and the score is their
 // 256 s_hi + s_lo times Q's row scale and K's key scale (the caller's).
-// K's rows k_row_bytes apart, D (a multiple of 64) dims each, cols keys (a
-// multiple of 16) all readable; q_hi and q_lo B tiles of 64 dims, 1 KiB
-// apart; s_hi and s_lo rows s_stride int32 apart.  No widening of K.
-inline void amx_scores_rows_i8(const char* k, std::int64_t k_row_bytes, const std::uint8_t* q_hi,
-                               const std::uint8_t* q_lo, int D, int cols, std::int32_t* s_hi, std::int32_t* s_lo,
-                               std::int64_t s_stride, KvLineStream* next) {
+// K's rows where they lie (TileRows), D (a multiple of 64) dims each, cols
+// keys (a multiple of 16) all readable; q_hi and q_lo B tiles of 64 dims, 1
+// KiB apart; s_hi and s_lo rows s_stride int32 apart.  No widening of K.
+inline void amx_scores_rows_i8(const TileRows& k, const std::uint8_t* q_hi, const std::uint8_t* q_lo, int D, int cols,
+                               std::int32_t* s_hi, std::int32_t* s_lo, std::int64_t s_stride, KvLineStream* next) {
   const int share = next ? next->third_per_step((cols / 16) * (D / 64)) : 0;
   for (int c0 = 0; c0 < cols; c0 += 16) {
     FA_TILE_ZERO(0);
     FA_TILE_ZERO(1);
     for (int d0 = 0; d0 < D; d0 += 64) {
-      FA_TILE_LOAD(4, k + c0 * k_row_bytes + d0, k_row_bytes);
+      FA_TILE_LOAD(4, k.row(c0) + d0, k.row_bytes);
       FA_TILE_LOAD(6, q_hi + d0 * 16, 64);
       FA_TILE_LOAD(7, q_lo + d0 * 16, 64);
       FA_TILE_DOT_SS(0, 4, 6);
@@ -717,10 +716,9 @@ struct AmxProducts {
     amx_accumulate_rows<kP>(v, v_lo, pb, p_lo, ldp, spread, chunk, o, cols, width, fresh, next);
   }
   // An int8 cache's K codes read where they lie (above).
-  static void scores_rows_i8(const char* k, std::int64_t k_row_bytes, const std::uint8_t* q_hi, const std::uint8_t* q_lo,
-                             int D, int cols, std::int32_t* s_hi, std::int32_t* s_lo, std::int64_t s_stride,
-                             KvLineStream* next) {
-    amx_scores_rows_i8(k, k_row_bytes, q_hi, q_lo, D, cols, s_hi, s_lo, s_stride, next);
+  static void scores_rows_i8(const TileRows& k, const std::uint8_t* q_hi, const std::uint8_t* q_lo, int D, int cols,
+                             std::int32_t* s_hi, std::int32_t* s_lo, std::int64_t s_stride, KvLineStream* next) {
+    amx_scores_rows_i8(k, q_hi, q_lo, D, cols, s_hi, s_lo, s_stride, next);
   }
   static void rescale_rows(const Workspace& w, const RowTiles& o, int width) { fa::FA_KERNEL_NS::rescale_rows(w, o, width); }
   template <DType DT>

@@ -1209,10 +1209,9 @@ class PairTileSteps {
     const Int8Bf16Table table = int8_table_;  // in registers: the stores may alias the member
     // K's codes read where they lie by the int8 products (k_codes_products_)
     // where the tile's keys fill whole blocks of 16 (a sequence's last tile
-    // is widened with zero rows after it, as a bf16 one is copied) in one
-    // run (a tile over two blocks of a paged cache is widened).
+    // is widened with zero rows after it, as a bf16 one is copied).
     const TileRows source = k_rows_;  // where the codes lie (widen_rows moves k_rows_ to the widened rows)
-    k_codes_in_place_ = k_codes_products_ && cols16_ == cols_ && source.contiguous();
+    k_codes_in_place_ = k_codes_products_ && cols16_ == cols_;
     widen_rows(table, k_codes_in_place_, [](__m512i) {});
     k_scale_stride_ = job_.kv_scale_strides[0][2];
     v_scale_stride_ = job_.kv_scale_strides[1][2];
@@ -1288,8 +1287,7 @@ class PairTileSteps {
     const int tq = job_.tile_q;
     auto* s_hi = reinterpret_cast<std::int32_t*>(w_.kbuf);
     std::int32_t* s_lo = s_hi + std::int64_t(cols16_) * 16;
-    Engine::scores_rows_i8(k_rows_.first, k_rows_.row_bytes, hi, lo, static_cast<int>(job_.head_dim), cols16_, s_hi,
-                           s_lo, 16, stream_);
+    Engine::scores_rows_i8(k_rows_, hi, lo, static_cast<int>(job_.head_dim), cols16_, s_hi, s_lo, 16, stream_);
     const __m512 row_scale = _mm512_loadu_ps(q_row_scale_);
     const std::int64_t kss = k_scale_stride_;
     for (int c = 0; c < cols_; ++c) {
