@@ -1409,6 +1409,28 @@ struct StoredCall {
   }
 };
 
+// The same inputs as `contiguous`, K/V moved into the pool of `cache`'s
+// blocks (call with the params `cache` binds).
+struct PooledCall {
+  StoredCall call;
+  fa::cli::HostBuffer kpool, vpool;
+
+  PooledCall(const fa::AttentionParams& p, DType dtype, Layout layout, std::uint64_t seed, const fa::cli::PagedCache& cache,
+             const StoredCall& contiguous)
+      : call(p, dtype, layout, seed),
+        kpool(fa::cli::scatter_to_pool(cache, contiguous.t.k, layout, p.seqlens_kv)),
+        vpool(fa::cli::scatter_to_pool(cache, contiguous.t.v, layout, p.seqlens_kv)) {
+    call.t.k = fa::make_view(kpool.data(), dtype, layout, 1, p.kv_heads(), cache.pool_tokens(), p.head_dim);
+    call.t.v = fa::make_view(vpool.data(), dtype, layout, 1, p.kv_heads(), cache.pool_tokens(), p.head_dim);
+  }
+};
+
+// Two calls' outputs and LSE equal bit for bit.
+void expect_same_bits(const StoredCall& a, const StoredCall& b, const std::string& where) {
+  EXPECT_EQ(0, std::memcmp(a.o.data(), b.o.data(), a.o.bytes())) << where;
+  EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float))) << where;
+}
+
 // A paged KV cache gives the bits of the same keys stored contiguously:
 // decoding, short and long queries, two block sizes (the K/V tile one block,
 // and a quarter of one), blocks in random orders, head-interleaved and
@@ -1438,22 +1460,17 @@ TEST_P(EdgeCases, PagedCacheEqualsContiguousBitForBit) {
           const fa::cli::PagedCache cache = fa::cli::make_paged_cache(p.batch, p.seq_kv, block, ++seed, 3);
           fa::AttentionParams paged = p;
           cache.bind(paged);
-          StoredCall pooled(p, dtype(), layout, 31);
-          fa::cli::HostBuffer kpool = fa::cli::scatter_to_pool(cache, contiguous.t.k, layout, p.seqlens_kv);
-          fa::cli::HostBuffer vpool = fa::cli::scatter_to_pool(cache, contiguous.t.v, layout, p.seqlens_kv);
-          pooled.t.k = fa::make_view(kpool.data(), dtype(), layout, 1, 2, cache.pool_tokens(), 32);
-          pooled.t.v = fa::make_view(vpool.data(), dtype(), layout, 1, 2, cache.pool_tokens(), 32);
+          PooledCall pooled(p, dtype(), layout, 31, cache, contiguous);
           if (kFa1) {
-            EXPECT_EQ(fa::cli::kForward(paged, pooled.t).code(), fa::StatusCode::kUnsupported);
+            EXPECT_EQ(fa::cli::kForward(paged, pooled.call.t).code(), fa::StatusCode::kUnsupported);
             return;
           }
           ASSERT_TRUE(fa::cli::kForward(p, contiguous.t).ok());
-          const fa::Status s = fa::cli::kForward(paged, pooled.t);
+          const fa::Status s = fa::cli::kForward(paged, pooled.call.t);
           ASSERT_TRUE(s.ok()) << s.message();
           const std::string where = std::string(fa::layout_name(layout)) + " seq_q " + std::to_string(seq_q) +
                                     " block " + std::to_string(block) + (own_lengths ? " seqlens_kv" : "");
-          EXPECT_EQ(0, std::memcmp(contiguous.o.data(), pooled.o.data(), contiguous.o.bytes())) << where;
-          EXPECT_EQ(0, std::memcmp(contiguous.lse.data(), pooled.lse.data(), contiguous.lse.size() * sizeof(float))) << where;
+          expect_same_bits(contiguous, pooled.call, where);
         }
       }
     }
@@ -1506,16 +1523,11 @@ TEST_P(EdgeCases, PagedTilesOverTwoBlocksEqualContiguousBitForBit) {
             EXPECT_EQ(plan.pack_tile, seq_q < 100) << where << ": a packed tile, or the tile path";
           }
           EXPECT_EQ(plan.tile_kv, 32) << where << ": 32 keys over two blocks of 16";
-          StoredCall pooled(p, dtype(), layout, 61);
-          fa::cli::HostBuffer kpool = fa::cli::scatter_to_pool(cache, contiguous.t.k, layout, p.seqlens_kv);
-          fa::cli::HostBuffer vpool = fa::cli::scatter_to_pool(cache, contiguous.t.v, layout, p.seqlens_kv);
-          pooled.t.k = fa::make_view(kpool.data(), dtype(), layout, 1, 4, cache.pool_tokens(), head_dim);
-          pooled.t.v = fa::make_view(vpool.data(), dtype(), layout, 1, 4, cache.pool_tokens(), head_dim);
+          PooledCall pooled(p, dtype(), layout, 61, cache, contiguous);
           ASSERT_TRUE(fa::cli::kForward(p, contiguous.t).ok()) << where;
-          const fa::Status s = fa::cli::kForward(paged, pooled.t);
+          const fa::Status s = fa::cli::kForward(paged, pooled.call.t);
           ASSERT_TRUE(s.ok()) << s.message();
-          EXPECT_EQ(0, std::memcmp(contiguous.o.data(), pooled.o.data(), contiguous.o.bytes())) << where;
-          EXPECT_EQ(0, std::memcmp(contiguous.lse.data(), pooled.lse.data(), contiguous.lse.size() * sizeof(float))) << where;
+          expect_same_bits(contiguous, pooled.call, where);
         }
       }
     }
