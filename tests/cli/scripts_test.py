@@ -222,27 +222,32 @@ SWEEP = os.path.join(ROOT, "bench", "shape_sweep")
 def case_shape_sweep_small_grid(binary, d):
     out = os.path.join(d, "sweep")
     p = run([sys.executable, SWEEP, f"--benchmark={binary}", f"--out={out}", "--head-dims=40,64", "--seq-q=1,8",
-             "--gqa=1,4", "--seq-kv=256", "--prefill-seq=64", "--dtypes=bf16", "--causal=off", "--runs=1", "--passes=2"])
+             "--gqa=1,4", "--seq-kv=256", "--prefill-seq=64", "--block-sizes=16,128", "--dtypes=bf16", "--causal=off",
+             "--runs=1", "--passes=2"])
     assert p.returncode == 0, p.stdout + p.stderr
     import csv
     with open(os.path.join(out, "shape_sweep.csv")) as f:
         rows = list(csv.DictReader(f))
-    # Two head_dims, then two query counts at each of two GQA ratios.
-    assert [(r["slice"], r["head_dim"], r["seq_q"], r["gqa"]) for r in rows] == \
-        [("head_dim", "40", "64", "1"), ("head_dim", "64", "64", "1"), ("seq_q", "128", "1", "1"),
-         ("seq_q", "128", "8", "1"), ("seq_q", "128", "1", "4"), ("seq_q", "128", "8", "4")], rows
+    # Two head_dims, then two query counts at each of two GQA ratios, then
+    # decoding from a paged cache at two block sizes for each ratio.
+    assert [(r["slice"], r["head_dim"], r["seq_q"], r["gqa"], r["block_size"]) for r in rows] == \
+        [("head_dim", "40", "64", "1", "0"), ("head_dim", "64", "64", "1", "0"), ("seq_q", "128", "1", "1", "0"),
+         ("seq_q", "128", "8", "1", "0"), ("seq_q", "128", "1", "4", "0"), ("seq_q", "128", "8", "4", "0"),
+         ("block", "128", "1", "1", "16"), ("block", "128", "1", "1", "128"), ("block", "128", "1", "4", "16"),
+         ("block", "128", "1", "4", "128")], rows
     for r in rows:
         assert r["status"] == "OK" and r["bound"] in ("compute", "memory"), r
         assert float(r["tflops"]) > 0 and float(r["bound_tflops"]) > 0, r
         assert abs(float(r["share"]) - float(r["tflops"]) / float(r["bound_tflops"])) < 1e-9, r
         # Two passes: the best share kept, the worst beside it.
         assert r["passes"] == "2" and 0 < float(r["share_worst"]) <= float(r["share"]), r
-    assert len(re.findall(r"^\[\d+/12\] pass [12] ", p.stdout, re.M)) == 12, p.stdout
+    assert len(re.findall(r"^\[\d+/20\] pass [12] ", p.stdout, re.M)) == 20, p.stdout
+    assert len(re.findall(r" paged block 16: ", p.stdout)) == 4, p.stdout
     assert os.path.exists(os.path.join(out, "flagged.txt"))
     assert re.search(r"flagged \(below half of their class's best share\): \d+", p.stdout), p.stdout
     try:
         import matplotlib  # noqa: F401
-        for name in ("shape_sweep_head_dim.png", "shape_sweep_seq_q.png"):
+        for name in ("shape_sweep_head_dim.png", "shape_sweep_seq_q.png", "shape_sweep_block.png"):
             with open(os.path.join(out, name), "rb") as f:
                 assert f.read(8) == b"\x89PNG\r\n\x1a\n", name
     except ImportError:
@@ -255,7 +260,7 @@ def case_shape_sweep_quantized_cache(binary, d):
     names of the lines."""
     out = os.path.join(d, "sweep")
     p = run([sys.executable, SWEEP, f"--benchmark={binary}", f"--out={out}", "--head-dims=64", "--seq-q=8",
-             "--gqa=4", "--seq-kv=128", "--prefill-seq=64", "--dtypes=fp32,bf16", "--kv-dtypes=same,int8",
+             "--gqa=4", "--seq-kv=128", "--prefill-seq=64", "--block-sizes=none", "--dtypes=fp32,bf16", "--kv-dtypes=same,int8",
              "--causal=on", "--runs=1", "--no-chart"])
     assert p.returncode == 0, p.stdout + p.stderr
     import csv
@@ -278,7 +283,9 @@ def case_shape_sweep_rejects_bad_input(binary, d):
                        (["--isas=npu"], "--isas: 'npu'"),
                        (["--runs=0"], "--runs must be >= 1"),
                        (["--passes=0"], "--passes must be >= 1"),
-                       (["--warmup-runs=-1"], "--warmup-runs must be >= 0")):
+                       (["--warmup-runs=-1"], "--warmup-runs must be >= 0"),
+                       (["--block-sizes=24"], "--block-sizes: every block size must be a power of two from 16 to 512"),
+                       (["--block-sizes=1024"], "--block-sizes: '1024' is not a comma-separated list of integers from 16 to 512")):
         p = run([sys.executable, SWEEP, f"--benchmark={binary}", f"--out={out}", *args])
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1 and text in p.stderr, (args, p.returncode, p.stderr)
