@@ -121,8 +121,8 @@ struct KvTile {
 // The pool row of K/V row j of batch b (rows from the head's base,
 // TileItem::kbase): j itself, or through the block table of a paged cache.
 // A tile's rows are consecutive either way (tiles never cross a block),
-// but for the tile unit's packed tiles that read rows where they lie: those
-// take 32 keys over blocks of 16 (paged_tile_split).
+// but for the amx path's pair tiles at blocks of 16, which take 32 keys
+// over two blocks (paged_tile_split).
 inline std::int64_t kv_row(const AttentionJob& job, std::int64_t b, std::int64_t j) {
   if (!job.block_table) return j;
   const std::int64_t block = job.block_table[b * job.blocks_per_seq + (j >> job.block_shift)];
