@@ -649,8 +649,6 @@ inline std::size_t pair_kv_pack_bytes(const AttentionJob& job) {
       job.seq_q <= job.row_rows || job.q_tiles * job.kv_group < 2) {
     return 0;  // not the tile path, or each K/V tile is visited once per call
   }
-  // A packed tile over two blocks of a paged cache reads its rows in place.
-  if (job.pack_tile && job.block_table && (1 << job.block_shift) < job.tile_kv) return 0;
   const int kP = job.dtype == DType::kF16 ? 2 : 1;
   const std::int64_t tiles = (job.seq_kv + job.tile_kv - 1) / job.tile_kv;
   const std::int64_t slots = job.batch * (job.heads / job.kv_group) * tiles;
@@ -769,9 +767,7 @@ class PairTileSteps {
       if constexpr (DT == DType::kF16) {
         return detail::fp16_tile_reads_rows(Isa::kAmx, DT, job.kv_dtype, job.head_dim, job.kv_group, job.seq_q);
       }
-      // A paged tile over two blocks is read so whatever the lines (the
-      // planner gives such tiles only to calls whose items read rows).
-      if (job.kv_dtype != DType::kBF16 || (job.block_table && (1 << job.block_shift) < job.tile_kv)) return true;
+      if (job.kv_dtype != DType::kBF16) return true;
       auto lined_up = [](const char* base, std::int64_t row_elems) {
         return reinterpret_cast<std::uintptr_t>(base) % 64 == 0 && row_elems * 2 % 64 == 0;
       };
