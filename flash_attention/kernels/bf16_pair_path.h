@@ -249,6 +249,12 @@ inline void pack_q_pairs(const Elem<DT>* q, std::int64_t q_row_stride, std::int6
   }
 }
 
+// A byte address as the elements of DT (TileRows' runs, for the packing).
+template <DType DT>
+inline const Elem<DT>* elems(const char* p) {
+  return reinterpret_cast<const Elem<DT>*>(p);
+}
+
 // A K/V tile's keys in A-tile order: the 16 keys x 32 dims of block (c / 16,
 // d / 32) contiguous (16 rows of 64 bytes) at kp[(c / 16 * (D / 32) + d / 32) * 512],
 // keys from `cols` to cols_pad zero.  Read in place, K rows lie a whole
@@ -688,13 +694,12 @@ inline KvOperands shared_kv_tile(const AttentionJob& job, const TileItem& it, st
   auto* slot_v = reinterpret_cast<std::uint32_t*>(slot + std::int64_t(kP) * tkv * D);
   std::uint32_t s = __atomic_load_n(state, __ATOMIC_ACQUIRE);
   if (s == 0 && __atomic_compare_exchange_n(state, &s, 1u, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-    const auto* k16 = reinterpret_cast<const Elem<DT>*>(it.kbase);
-    const auto* v16 = reinterpret_cast<const Elem<DT>*>(it.vbase);
-    const std::int64_t row = kv_row(job, it.b, j0), ks = job.k_strides[2], vs = job.v_strides[2];
-    const int split = paged_tile_split(job, j0, cols);
-    const std::int64_t second = split < cols ? kv_row(job, it.b, j0 + split) : row + split;
-    pack_k_tiles<DT>(k16 + row * ks, ks, cols, cols_pad, dims, D, slot, op.k_lo, k16 + second * ks, split);
-    pack_v_transposed<DT>(v16 + row * vs, vs, cols, cols_pad, dims, D, slot_v, tkv / 2, op.v_lo, v16 + second * vs, split);
+    const std::int64_t ks = job.k_strides[2], vs = job.v_strides[2], es = sizeof(Elem<DT>);
+    const TileRows k = tile_rows(job, it.kbase, ks * es, it.b, j0, cols);
+    const TileRows v = tile_rows(job, it.vbase, vs * es, it.b, j0, cols);
+    pack_k_tiles<DT>(elems<DT>(k.first), ks, cols, cols_pad, dims, D, slot, op.k_lo, elems<DT>(k.second), k.split);
+    pack_v_transposed<DT>(elems<DT>(v.first), vs, cols, cols_pad, dims, D, slot_v, tkv / 2, op.v_lo,
+                          elems<DT>(v.second), v.split);
     __atomic_store_n(state, 2u, __ATOMIC_RELEASE);
     s = 2;
   }
@@ -795,9 +800,8 @@ class PairTileSteps {
   // The next tile's lines from `shared`, a stream of `sharers` tile loops
   // run in turn (run_tiles_together): the leader builds it at each tile, the
   // last issues what the shares left.
-  void share_stream(KvLineStream* shared, bool leader, bool last, int heads) {
+  void share_stream(KvLineStream* shared, bool leader, bool last) {
     stream_ = shared;
-    kv_heads_side_by_side_ = heads;
     stream_leader_ = leader;
     stream_last_ = last;
   }
@@ -811,10 +815,10 @@ class PairTileSteps {
     spans_ = tile_key_spans(job_, it_, j0, cols_, span_buffer_);
     if (stream_ == &next_) {
       next_ = stream_next_ ? next_tile_lines<DT>(job_, it_, j0) : KvLineStream{};
-    } else if (stream_leader_) {
-      const int sharers = stream_->sharers;
-      *stream_ = next_kv_tile_lines(job_, it_.kbase, it_.vbase, it_.b, j0, it_.kv_end, kv_heads_side_by_side_);
-      stream_->sharers = sharers;
+    } else if (stream_leader_) {  // the sharers' heads lie side by side from the leader's
+      const int heads = stream_->sharers;
+      *stream_ = next_kv_tile_lines(job_, it_.kbase, it_.vbase, it_.b, j0, it_.kv_end, heads);
+      stream_->sharers = heads;
     }
     if constexpr (Engine::kReadsKvRows) {
       if (rows_) {
@@ -826,20 +830,18 @@ class PairTileSteps {
     k_in_place_ = nullptr;
     if (kv_.own) {
       const std::int64_t ks = job_.k_strides[2];
-      const auto* k16 = reinterpret_cast<const Elem<DT>*>(it_.kbase);
-      const Elem<DT>* k = k16 + kv_row(job_, it_.b, j0) * ks;
-      const int split = paged_tile_split(job_, j0, cols_);
+      const TileRows k = tile_rows(job_, it_.kbase, ks * std::int64_t(sizeof(Elem<DT>)), it_.b, j0, cols_);
       // An engine that broadcasts K's pairs reads bf16 rows where they lie:
       // a tile no other item reads (short queries, packed groups) is then
       // never packed.
       if constexpr (Engine::kReadsKInPlace && DT == DType::kBF16) {
-        if (split == cols_ && Engine::reads_k_in_place(job_.head_dim, cols_, ks)) {
-          k_in_place_ = k;
+        if (k.contiguous() && Engine::reads_k_in_place(job_.head_dim, cols_, ks)) {
+          k_in_place_ = elems<DT>(k.first);
           return;
         }
       }
-      const Elem<DT>* second = split < cols_ ? k16 + kv_row(job_, it_.b, j0 + split) * ks : k + split * ks;
-      pack_k_tiles<DT>(k, ks, cols_, cols_pad_, dims(), D(), op_.kp, op_.k_lo, second, split);
+      pack_k_tiles<DT>(elems<DT>(k.first), ks, cols_, cols_pad_, dims(), D(), op_.kp, op_.k_lo, elems<DT>(k.second),
+                       k.split);
     }
   }
   // Sᵀ = K · Qᵀ; then Vᵀ packed when it is the item's own.
@@ -873,11 +875,9 @@ class PairTileSteps {
     laps.lap(kStageScores);
     if (kv_.own) {
       const std::int64_t vs = job_.v_strides[2];
-      const auto* v16 = reinterpret_cast<const Elem<DT>*>(it_.vbase);
-      const Elem<DT>* v = v16 + kv_row(job_, it_.b, j0_) * vs;
-      const int split = paged_tile_split(job_, j0_, cols_);
-      const Elem<DT>* second = split < cols_ ? v16 + kv_row(job_, it_.b, j0_ + split) * vs : v + split * vs;
-      pack_v_transposed<DT>(v, vs, cols_, cols_pad_, dims(), D(), op_.vt, job_.tile_kv / 2, op_.v_lo, second, split);
+      const TileRows v = tile_rows(job_, it_.vbase, vs * std::int64_t(sizeof(Elem<DT>)), it_.b, j0_, cols_);
+      pack_v_transposed<DT>(elems<DT>(v.first), vs, cols_, cols_pad_, dims(), D(), op_.vt, job_.tile_kv / 2, op_.v_lo,
+                            elems<DT>(v.second), v.split);
     }
     laps.lap(kStageKv);
   }
@@ -988,21 +988,14 @@ class PairTileSteps {
   // tile row reads past the keys.
   void locate_rows(std::int64_t j0) {
     cols16_ = (cols_ + 15) & ~15;
-    const std::int64_t row = kv_row(job_, it_.b, j0), es = kv_elem_bytes(job_);
-    k_rows_ = {it_.kbase + row * job_.k_strides[2] * es, nullptr, 1 << 30, job_.k_strides[2] * es};
-    v_rows_ = {it_.vbase + row * job_.v_strides[2] * es, nullptr, 1 << 30, job_.v_strides[2] * es};
-    const int split = paged_tile_split(job_, j0, cols_);
-    if (split < cols_) {  // a tile over two blocks of a paged cache (never more: the planner's tiles)
-      const std::int64_t second = kv_row(job_, it_.b, j0 + split);
-      k_rows_.second = it_.kbase + second * k_rows_.row_bytes;
-      v_rows_.second = it_.vbase + second * v_rows_.row_bytes;
-      k_rows_.split = v_rows_.split = split;
-    }
+    const std::int64_t es = kv_elem_bytes(job_);
+    k_rows_ = tile_rows(job_, it_.kbase, job_.k_strides[2] * es, it_.b, j0, cols_);
+    v_rows_ = tile_rows(job_, it_.vbase, job_.v_strides[2] * es, it_.b, j0, cols_);
     v_src_ = v_rows_;
     if constexpr (DT == DType::kF16) return widen_fp16_rows();
 #if defined(__AVX512VBMI__)
     if (is_fp8(job_.kv_dtype)) return widen_fp8_rows();
-    if (job_.kv_dtype == DType::kI8) return widen_int8_rows(row);
+    if (job_.kv_dtype == DType::kI8) return widen_int8_rows(kv_row(job_, it_.b, j0));
 #endif
     v_nonfinite_ = screen_v_ && bf16_rows_nonfinite(v_rows_);
     if (cols16_ == cols_ && !v_nonfinite_) return;
@@ -1323,7 +1316,6 @@ class PairTileSteps {
   KvLineStream next_;
   KvLineStream* stream_ = &next_;  // next_, or a stream shared with other tiles (share_stream)
   bool stream_leader_ = true, stream_last_ = true;
-  int kv_heads_side_by_side_ = 1;
   KvOperands kv_{};
   const Elem<DT>* k_in_place_ = nullptr;  // the tile's K rows, when the engine reads them as they are
   // Rows where they lie (reads_rows): the tile's K and V rows (over two
@@ -1417,7 +1409,7 @@ void run_tiles_together(const AttentionJob& job, const Workspace* w, const TileI
   KvLineStream shared;
   if (n > 1 && side_by_side_rows(job, it, n, [&](int g) { return tiles[g]->reads_kv_rows(); })) {
     shared.sharers = n;
-    for (int g = 0; g < n; ++g) tiles[g]->share_stream(&shared, g == 0, g == n - 1, n);
+    for (int g = 0; g < n; ++g) tiles[g]->share_stream(&shared, g == 0, g == n - 1);
   }
   Engine::begin();
   laps.lap(kStageQ);

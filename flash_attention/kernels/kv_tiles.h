@@ -122,19 +122,11 @@ struct KvTile {
 // TileItem::kbase): j itself, or through the block table of a paged cache.
 // A tile's rows are consecutive either way (tiles never cross a block),
 // but for the amx path's pair tiles at blocks of 16, which take 32 keys
-// over two blocks (paged_tile_split).
+// over two blocks (tile_rows).
 inline std::int64_t kv_row(const AttentionJob& job, std::int64_t b, std::int64_t j) {
   if (!job.block_table) return j;
   const std::int64_t block = job.block_table[b * job.blocks_per_seq + (j >> job.block_shift)];
   return (block << job.block_shift) + (j & ((std::int64_t{1} << job.block_shift) - 1));
-}
-
-// The rows of a tile of `rows` keys from j that lie in j's block (all of
-// them but in a paged cache whose blocks are shorter than the tile).
-inline int paged_tile_split(const AttentionJob& job, std::int64_t j, int rows) {
-  if (!job.block_table) return rows;
-  const std::int64_t in_block = (std::int64_t{1} << job.block_shift) - (j & ((std::int64_t{1} << job.block_shift) - 1));
-  return in_block < rows ? static_cast<int>(in_block) : rows;
 }
 
 // A tile's K or V rows where they lie: row r at `first` + r x `row_bytes`,
@@ -149,6 +141,23 @@ struct TileRows {
   bool contiguous() const { return second == nullptr; }
 };
 
+// The rows of batch b's tile of `rows` keys from key j, from a head's base
+// (TileItem::kbase / vbase) with rows `row_bytes` apart: one run, or two
+// where a paged cache's block ends inside the tile (never more than two:
+// the planner's tiles).
+inline TileRows tile_rows(const AttentionJob& job, const char* base, std::int64_t row_bytes, std::int64_t b,
+                          std::int64_t j, int rows) {
+  TileRows t{base + kv_row(job, b, j) * row_bytes, nullptr, 1 << 30, row_bytes};
+  if (!job.block_table) return t;
+  const std::int64_t block = std::int64_t{1} << job.block_shift;
+  const std::int64_t in_block = block - (j & (block - 1));
+  if (in_block < rows) {
+    t.second = base + kv_row(job, b, j + in_block) * row_bytes;
+    t.split = static_cast<int>(in_block);
+  }
+  return t;
+}
+
 // The lines of batch b's K/V tile at j1 (empty at kv_end): `heads` K/V
 // heads side by side from kbase / vbase (their rows' head_dim x heads
 // elements contiguous).  A tile over two blocks streams both; one over
@@ -157,22 +166,22 @@ inline KvLineStream kv_tile_lines(const AttentionJob& job, const char* kbase, co
                                   std::int64_t j1, std::int64_t kv_end, int heads = 1) {
   KvLineStream s;
   if (j1 >= kv_end) return s;
-  const std::int64_t es = kv_elem_bytes(job), row = kv_row(job, b, j1);
-  s.base[0] = kbase + row * job.k_strides[2] * es;
-  s.base[1] = vbase + row * job.v_strides[2] * es;
-  s.stride[0] = job.k_strides[2] * es;
-  s.stride[1] = job.v_strides[2] * es;
+  const std::int64_t es = kv_elem_bytes(job);
   s.rows = static_cast<int>(kv_end - j1 < job.tile_kv ? kv_end - j1 : job.tile_kv);
   s.lines_per_row = static_cast<int>((heads * job.head_dim * es + 63) / 64);
   s.part = 0;
-  const int split = paged_tile_split(job, j1, s.rows);
-  if (split < s.rows) {
-    const std::int64_t second = kv_row(job, b, j1 + split);
-    s.second[0] = kbase + second * job.k_strides[2] * es;
-    s.second[1] = vbase + second * job.v_strides[2] * es;
-    s.split = split;
+  const TileRows k = tile_rows(job, kbase, job.k_strides[2] * es, b, j1, s.rows);
+  const TileRows v = tile_rows(job, vbase, job.v_strides[2] * es, b, j1, s.rows);
+  s.base[0] = k.first;
+  s.base[1] = v.first;
+  s.stride[0] = k.row_bytes;
+  s.stride[1] = v.row_bytes;
+  if (!k.contiguous()) {
+    s.second[0] = k.second;
+    s.second[1] = v.second;
+    s.split = k.split;
     const int second_rows = 1 << job.block_shift;
-    if (s.rows > split + second_rows) s.rows = split + second_rows;
+    if (s.rows > s.split + second_rows) s.rows = s.split + second_rows;
   }
   return s;
 }
