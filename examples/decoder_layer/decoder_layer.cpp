@@ -69,6 +69,16 @@ void fill(Buffer& stored, std::vector<float>* values, std::mt19937_64& rng, doub
 
 dnnl::memory::data_type dnnl_type(DType d) { return d == DType::kF32 ? dnnl::memory::data_type::f32 : dnnl::memory::data_type::bf16; }
 
+// oneDNN's refusal in one line.  A matmul it has no kernel for on this CPU
+// (dnnl_unimplemented: bf16 on a CPU without AVX-512, in oneDNN 2.x) is
+// named so, with the dtype that runs instead.
+std::string onednn_refusal(const dnnl::error& e, DType dt) {
+  if (e.status != dnnl_unimplemented) return std::string("oneDNN: ") + e.what();
+  const dnnl_version_t* v = dnnl_version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + " has no " + std::string(dtype_name(dt)) +
+         " matmul on this CPU (" + e.what() + "); --dtype=fp32 runs here";
+}
+
 // y[M, N] = x[M, K] · W[K, N] (+ y's values with `accumulate`: the residual
 // add as oneDNN's sum post-op), W reordered once into oneDNN's own layout.
 struct Gemm {
@@ -207,7 +217,7 @@ Status DecoderLayer::create(const DecoderConfig& c, std::unique_ptr<DecoderLayer
     m.gemm[2] = make_gemm(m.eng, m.stream, t, c.hidden, 2 * c.intermediate, c.dtype, m.w[2], false);
     m.gemm[3] = make_gemm(m.eng, m.stream, t, c.intermediate, c.hidden, c.dtype, m.w[3], true);
   } catch (const dnnl::error& e) {
-    return Status::Unsupported(std::string("oneDNN: ") + e.what());
+    return Status::Unsupported(onednn_refusal(e, c.dtype));
   } catch (const std::bad_alloc&) {
     return Status::OutOfMemory("decoder layer: could not allocate its weights and activations");
   }
