@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -220,6 +221,132 @@ inline void row_accumulate(float* o, int D, const float* alpha, const float* p, 
       }
       o[r * D + d] = acc;
     }
+  }
+}
+
+// bf16 K and V on the FMA products where the policy splits bf16 pairs
+// (Vec::kSplitBf16: AVX2, whose row path has no pair dot product).  A load
+// of 2W values is widened in two halves, the even-indexed values and the
+// odd ones (Vec::bf16_even / bf16_odd), so each W values cost one integer
+// operation where the widening load and its shift cost two: on GQA decoding,
+// where the FMA products and the widening bound the row path, that is a
+// third of its vector instructions.  Q's rows and O's accumulators are kept
+// in the same split order (each 2W dims: the W even ones, then the W odd
+// ones; split_dims), and O goes back to head_dim's order once, before the
+// epilogue (unsplit_dims).  head_dim a multiple of 2W.
+inline void split_dims(float* x, int D) {
+  constexpr int W2 = 2 * Vec::W;
+  float t[W2];
+  for (int d0 = 0; d0 < D; d0 += W2) {
+    for (int i = 0; i < Vec::W; ++i) {
+      t[i] = x[d0 + 2 * i];
+      t[Vec::W + i] = x[d0 + 2 * i + 1];
+    }
+    std::memcpy(x + d0, t, sizeof t);
+  }
+}
+inline void unsplit_dims(float* x, int D) {
+  constexpr int W2 = 2 * Vec::W;
+  float t[W2];
+  for (int d0 = 0; d0 < D; d0 += W2) {
+    for (int i = 0; i < Vec::W; ++i) {
+      t[2 * i] = x[d0 + i];
+      t[2 * i + 1] = x[d0 + Vec::W + i];
+    }
+    std::memcpy(x + d0, t, sizeof t);
+  }
+}
+
+// row_scores on bf16 K with Q in split order: each sum runs over head_dim's
+// 2W blocks in order, the even dims' product then the odd's (one row: into
+// two chains, added at the end, so the four keys' sums keep eight FMAs in
+// flight), and is reduced the same way whatever NR.
+template <int NR>
+inline void row_scores_split(const float* q, int D, const std::uint16_t* k, std::int64_t ldk, int cols, float* s,
+                             std::int64_t lds, KvLineStream& next, int per_block) {
+  constexpr int W = Vec::W, KB = kKeyBlock, kChains = NR == 1 ? 2 : 1;
+  int c = 0;
+  for (; c + KB <= cols; c += KB) {
+    next.issue(per_block);
+    typename Vec::T acc[NR][KB][kChains];
+    for (int r = 0; r < NR; ++r) {
+      for (int j = 0; j < KB; ++j) {
+        for (int h = 0; h < kChains; ++h) acc[r][j][h] = Vec::zero();
+      }
+    }
+    for (int d = 0; d < D; d += 2 * W) {
+      for (int j = 0; j < KB; ++j) {
+        const typename Vec::T pairs = Vec::load_pairs(k + (c + j) * ldk + d);
+        const typename Vec::T even = Vec::bf16_even(pairs), odd = Vec::bf16_odd(pairs);
+        for (int r = 0; r < NR; ++r) {
+          acc[r][j][0] = Vec::fmadd(Vec::load(q + r * D + d), even, acc[r][j][0]);
+          acc[r][j][kChains - 1] = Vec::fmadd(Vec::load(q + r * D + d + W), odd, acc[r][j][kChains - 1]);
+        }
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      if constexpr (kChains == 2) {
+        for (int j = 0; j < KB; ++j) acc[r][j][0] = Vec::add(acc[r][j][0], acc[r][j][1]);
+      }
+      Vec::reduce_add4(acc[r][0][0], acc[r][1][0], acc[r][2][0], acc[r][3][0], s + r * lds + c);
+    }
+  }
+  for (; c < cols; ++c) {  // the last cols % KB keys, one at a time
+    next.issue(per_block);
+    for (int r = 0; r < NR; ++r) {
+      typename Vec::T acc = Vec::zero();
+      for (int d = 0; d < D; d += 2 * W) {
+        const typename Vec::T pairs = Vec::load_pairs(k + c * ldk + d);
+        acc = Vec::fmadd(Vec::load(q + r * D + d), Vec::bf16_even(pairs), acc);
+        acc = Vec::fmadd(Vec::load(q + r * D + d + W), Vec::bf16_odd(pairs), acc);
+      }
+      s[r * lds + c] = Vec::reduce_add(acc);
+    }
+  }
+}
+
+// pv_chunk on bf16 V with O in split order: NP blocks of 2W dims from d0.
+template <int NR, int NP>
+inline void pv_split_chunk(float* o, int D, const float* alpha, bool first, const float* p, std::int64_t ldp,
+                           const std::uint16_t* v, std::int64_t ldv, int c0, int c1, int d0) {
+  constexpr int W = Vec::W;
+  typename Vec::T acc[NR][2 * NP];
+  for (int r = 0; r < NR; ++r) {
+    const typename Vec::T va = Vec::set1(alpha[r]);
+    for (int k = 0; k < 2 * NP; ++k) {
+      acc[r][k] = Vec::load(o + r * D + d0 + k * W);
+      if (first) acc[r][k] = Vec::mul(acc[r][k], va);
+    }
+  }
+  for (int c = c0; c < c1; ++c) {
+    for (int k = 0; k < NP; ++k) {
+      const typename Vec::T pairs = Vec::load_pairs(v + c * ldv + d0 + 2 * k * W);
+      const typename Vec::T even = Vec::bf16_even(pairs), odd = Vec::bf16_odd(pairs);
+      for (int r = 0; r < NR; ++r) {
+        const typename Vec::T pc = Vec::set1(p[r * ldp + c]);
+        acc[r][2 * k] = Vec::fmadd(pc, even, acc[r][2 * k]);
+        acc[r][2 * k + 1] = Vec::fmadd(pc, odd, acc[r][2 * k + 1]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int k = 0; k < 2 * NP; ++k) Vec::store(o + r * D + d0 + k * W, acc[r][k]);
+  }
+}
+
+// row_accumulate on bf16 V with O in split order (keys in blocks of kPvKeys,
+// head_dim in chunks of two 2W blocks, as there).
+template <int NR>
+inline void row_accumulate_split(float* o, int D, const float* alpha, const float* p, std::int64_t ldp,
+                                 const std::uint16_t* v, std::int64_t ldv, int cols, KvLineStream& next, int per_block) {
+  constexpr int W2 = 2 * Vec::W;
+  for (int c0 = 0; c0 < cols; c0 += kPvKeys) {
+    next.issue(per_block);
+    const int c1 = c0 + kPvKeys < cols ? c0 + kPvKeys : cols;
+    const bool first = c0 == 0;
+    int d0 = 0;
+    for (; d0 + 2 * W2 <= D; d0 += 2 * W2) pv_split_chunk<NR, 2>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0);
+    if (d0 < D) pv_split_chunk<NR, 1>(o, D, alpha, first, p, ldp, v, ldv, c0, c1, d0);
   }
 }
 
@@ -910,6 +1037,13 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
   // the two products (KeyScales).  (Widened into buffers, the scales are
   // applied there.)
   constexpr bool kKeyScales = kFused && KDT == DType::kI8;
+  // bf16 K/V on a policy that splits its pairs (row_scores_split): Q's rows
+  // in split order.
+  constexpr bool kSplitTypes = kFused && Vec::kSplitBf16 && DT == DType::kBF16 && KDT == DType::kBF16;
+  const bool split_bf16 = kSplitTypes && D % (2 * Vec::W) == 0;
+  if (split_bf16) {
+    for (int rr = 0; rr < total_rows; ++rr) split_dims(q + rr * D, D);
+  }
   float* s = w.st;  // [head_rows][tile_kv] scores, then probabilities
   const std::int64_t lds = tkv;
   // bf16 throughout on a CPU with VDPBF16PS: the products as pair dot
@@ -1128,6 +1262,12 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
       }
 #endif
 #if defined(FA_HAVE_SIMD_CONVERT)
+      if constexpr (kSplitTypes) {
+        if (split_bf16) {
+          row_scores_split<NR>(q + (first + r0) * D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds, next, per_block);
+          return;
+        }
+      }
       if constexpr (kFused) {
         if (fused) {
           row_scores<KDT, NR>(q + (first + r0) * D, D, kin, job.k_strides[2], cols, s + r0 * lds, lds, next, per_block,
@@ -1222,6 +1362,12 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
       }
 #endif
 #if defined(FA_HAVE_SIMD_CONVERT)
+      if constexpr (kSplitTypes) {
+        if (split_bf16) {
+          row_accumulate_split<NR>(orows, D, alpha, s + r0 * lds, lds, vin, job.v_strides[2], cols, next, per_block);
+          return;
+        }
+      }
       if constexpr (kFused) {
         if (fused) {
           row_accumulate<KDT, NR>(orows, D, alpha, s + r0 * lds, lds, vin, job.v_strides[2], cols, next, per_block,
@@ -1243,6 +1389,9 @@ void run_rows_of(const AttentionJob& job, const Workspace& w_tile, const TileIte
     for (int rr = 0; rr < total_rows; ++rr) unorder_fp8_dims(o8 + rr * Dp8, o + rr * D, D);
   }
 #endif
+  if (split_bf16) {
+    for (int rr = 0; rr < total_rows; ++rr) unsplit_dims(o + rr * D, D);
+  }
   const std::int64_t BH = job.batch * job.heads;
   for (int rr = 0; rr < total_rows; ++rr) {
     const std::int64_t i = query_of(rr), head = head_of(rr), bh = b * job.heads + head;

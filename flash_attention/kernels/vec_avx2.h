@@ -52,6 +52,15 @@ struct Vec {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
   }
+  // 2W bf16 values loaded as W 32-bit pairs and widened in two halves, the
+  // even-indexed values (low halves shifted up) and the odd-indexed ones
+  // (high halves, the low ones masked off): one integer operation for each
+  // W values, where load_bf16's widening load and shift take two.  The row
+  // path's FMA products run so on bf16 K/V (row_scores_split).
+  static constexpr bool kSplitBf16 = true;
+  static T load_pairs(const std::uint16_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
+  static T bf16_even(T pairs) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(pairs), 16)); }
+  static T bf16_odd(T pairs) { return _mm256_and_ps(pairs, _mm256_castsi256_ps(_mm256_set1_epi32(-65536))); }
   static T zero_if_neg_inf(T m) {
     return _mm256_andnot_ps(_mm256_cmp_ps(m, _mm256_set1_ps(-__builtin_inff()), _CMP_EQ_OQ), m);
   }

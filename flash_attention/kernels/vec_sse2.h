@@ -47,6 +47,12 @@ struct Vec {
     return _mm_cvtss_f32(v);
   }
   // Lanes equal to -inf become 0 (the all-masked row's stand-in maximum).
+  // bf16 pairs split into even and odd values (see vec_avx2.h); this path's
+  // row products widen in buffers, not in registers (kSplitBf16 false).
+  static constexpr bool kSplitBf16 = false;
+  static T load_pairs(const std::uint16_t* p) { return _mm_loadu_ps(reinterpret_cast<const float*>(p)); }
+  static T bf16_even(T pairs) { return _mm_castsi128_ps(_mm_slli_epi32(_mm_castps_si128(pairs), 16)); }
+  static T bf16_odd(T pairs) { return _mm_and_ps(pairs, _mm_castsi128_ps(_mm_set1_epi32(-65536))); }
   static T zero_if_neg_inf(T m) {
     return _mm_andnot_ps(_mm_cmpeq_ps(m, _mm_set1_ps(-__builtin_inff())), m);
   }
