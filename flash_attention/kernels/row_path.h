@@ -228,12 +228,13 @@ inline void row_accumulate(float* o, int D, const float* alpha, const float* p, 
 // (Vec::kSplitBf16: AVX2, whose row path has no pair dot product).  A load
 // of 2W values is widened in two halves, the even-indexed values and the
 // odd ones (Vec::bf16_even / bf16_odd), so each W values cost one integer
-// operation where the widening load and its shift cost two: on GQA decoding,
-// where the FMA products and the widening bound the row path, that is a
-// third of its vector instructions.  Q's rows and O's accumulators are kept
-// in the same split order (each 2W dims: the W even ones, then the W odd
-// ones; split_dims), and O goes back to head_dim's order once, before the
-// epilogue (unsplit_dims).  head_dim a multiple of 2W.
+// operation where the widening load and its shift cost two.  GQA decoding
+// is bound by the FMA products and the widening on AVX2: 32/8 and 64/8 took
+// 0.8x and 0.72x the time with K/V from the L3 on Zen 3 (docs/PERF.md).
+// Q's rows and O's accumulators are kept in the same split order (each 2W
+// dims: the W even ones, then the W odd ones; split_dims), and O goes back
+// to head_dim's order once, before the epilogue (unsplit_dims).  head_dim a
+// multiple of 2W.
 inline void split_dims(float* x, int D) {
   constexpr int W2 = 2 * Vec::W;
   float t[W2];
