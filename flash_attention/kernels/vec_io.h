@@ -54,6 +54,27 @@ inline __m128i f32x8_to_bf16(__m256 v) {
 }
 #endif
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// Two vectors of the even- and odd-indexed values of 16 consecutive bf16
+// elements (Vec::bf16_even / bf16_odd of one load), rounded as store_vec
+// rounds them and put back side by side as one 32-byte store: each lane's
+// rounded bits stay in its high half, the even lanes' shifted down, and no
+// pack or permute is needed.
+inline __m256i bf16_rounded_high(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  return _mm256_blendv_epi8(rounded, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
+}
+inline void store_bf16_split(void* p, std::int64_t i, __m256 even, __m256 odd, bool stream) {
+  const __m256i pairs = _mm256_or_si256(_mm256_srli_epi32(bf16_rounded_high(even), 16),
+                                        _mm256_and_si256(bf16_rounded_high(odd), _mm256_set1_epi32(-65536)));
+  auto* out = reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(p) + i);
+  if (stream) _mm256_stream_si256(out, pairs); else _mm256_storeu_si256(out, pairs);
+}
+#endif
+
 // Stores one vector at element i of y's dtype; `stream` writes around the
 // caches (non-temporal, whole 64-byte lines only: the caller aligns).
 template <DType dtype>
