@@ -217,7 +217,7 @@ struct ComputedActivation {
     for (int k = 0; k < N; ++k) g[k] = load_vec<XT>(gate, c + k * Vec::W);
     activate_n<K, N>(g);
   }
-  // N vectors of 2W bf16 gates from element c in split order (glu_rows_split).
+  // N vectors of 2W bf16 gates from element c in split order (glu_row_split).
   template <int N>
   void split_gates(const char* gate, std::int64_t c, typename Vec::T* g) const {
     for (int k = 0; k < N / 2; ++k) {
@@ -249,7 +249,7 @@ struct LookedUpActivation {
     }
   }
 #if defined(__AVX2__) && !defined(__AVX512F__)
-  // In split order (glu_rows_split): each 32-bit pair's low and high gates
+  // In split order (glu_row_split): each 32-bit pair's low and high gates
   // are the indices.
   template <int N>
   void split_gates(const char* gate, std::int64_t c, typename Vec::T* g) const {
@@ -305,7 +305,7 @@ inline void glu_rows(const detail::GluJob& job, const Activation& act, std::int6
     const bool stream = job.stream && reinterpret_cast<std::uintptr_t>(y) % 64 == 0;
     std::int64_t c = c0;
 #if defined(__AVX2__) && !defined(__AVX512F__)
-    if constexpr (XT == DType::kBF16 && YT == DType::kBF16) c = glu_row_split(act, gate, up, y, c, c1, stream);
+    if constexpr (Vec::kSplitBf16 && XT == DType::kBF16 && YT == DType::kBF16) c = glu_row_split(act, gate, up, y, c, c1, stream);
 #endif
     for (; c + kInterleave * W <= c1; c += kInterleave * W) {
       // The halves' lines a kilobyte ahead: the hardware prefetchers alone
