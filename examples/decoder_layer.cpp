@@ -31,8 +31,9 @@ int main(int argc, char** argv) {
   fa::example::quiet_openmp_waits();
   std::unique_ptr<fa::example::DecoderLayer> layer;
   if (fa::Status s = fa::example::DecoderLayer::create(config, &layer); !s.ok()) {
-    // oneDNN without a kernel for the dtype on this CPU: not the caller's
-    // mistake, so not exit 2; 77 is the test runners' "skipped".
+    // oneDNN without a kernel for the dtype on this CPU (the only
+    // Unsupported status create returns): not the caller's mistake, so not
+    // exit 2; 77 is the test runners' "skipped".
     const bool unsupported = s.code() == fa::StatusCode::kUnsupported;
     std::cerr << (unsupported ? "skipped: " : "error: ") << s.message() << "\n";
     return unsupported ? 77 : 2;

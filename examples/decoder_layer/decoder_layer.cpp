@@ -217,7 +217,11 @@ Status DecoderLayer::create(const DecoderConfig& c, std::unique_ptr<DecoderLayer
     m.gemm[2] = make_gemm(m.eng, m.stream, t, c.hidden, 2 * c.intermediate, c.dtype, m.w[2], false);
     m.gemm[3] = make_gemm(m.eng, m.stream, t, c.intermediate, c.hidden, c.dtype, m.w[3], true);
   } catch (const dnnl::error& e) {
-    return Status::Unsupported(onednn_refusal(e, c.dtype));
+    // No kernel for the dtype on this CPU: Unsupported (the example skips);
+    // anything else oneDNN refuses while building the layer is an argument
+    // it did not take.
+    if (e.status == dnnl_unimplemented) return Status::Unsupported(onednn_refusal(e, c.dtype));
+    return Status::Invalid(onednn_refusal(e, c.dtype));
   } catch (const std::bad_alloc&) {
     return Status::OutOfMemory("decoder layer: could not allocate its weights and activations");
   }
