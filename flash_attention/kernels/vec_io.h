@@ -41,32 +41,26 @@ inline __m256i f32x16_to_bf16(__m512 v) {
   return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet));
 }
 #elif defined(__AVX2__)
-inline __m128i f32x8_to_bf16(__m256 v) {
-  const __m256i u = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-  // NaN: |u| > 0x7f800000 as signed ints (both sides non-negative).
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
-  const __m256i bits = _mm256_blendv_epi8(rounded, quiet, nan);
-  const __m256i packed = _mm256_packus_epi32(bits, bits);  // within lanes: 0-3 4-7 of each half
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
-}
-#endif
-
-#if defined(__AVX2__) && !defined(__AVX512F__)
-// Two vectors of the even- and odd-indexed values of 16 consecutive bf16
-// elements (Vec::bf16_even / bf16_odd of one load), rounded as store_vec
-// rounds them and put back side by side as one 32-byte store: each lane's
-// rounded bits stay in its high half, the even lanes' shifted down, and no
-// pack or permute is needed.
+// Each lane rounded to bf16 (nearest even; NaN made quiet), the result in
+// the lane's high half (the low half is what the rounding left there).
 inline __m256i bf16_rounded_high(__m256 v) {
   const __m256i u = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
   const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+  // NaN: |u| > 0x7f800000 as signed ints (both sides non-negative).
   const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
   return _mm256_blendv_epi8(rounded, _mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), nan);
 }
+inline __m128i f32x8_to_bf16(__m256 v) {
+  const __m256i bits = _mm256_srli_epi32(bf16_rounded_high(v), 16);
+  const __m256i packed = _mm256_packus_epi32(bits, bits);  // within lanes: 0-3 4-7 of each half
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+}
+// Two vectors of the even- and odd-indexed values of 16 consecutive bf16
+// elements (Vec::bf16_even / bf16_odd of one load), rounded as store_vec
+// rounds them and put back side by side as one 32-byte store: the even
+// lanes' rounded bits shifted down, the odd ones' left in place, and no
+// pack or permute is needed.
 inline void store_bf16_split(void* p, std::int64_t i, __m256 even, __m256 odd, bool stream) {
   const __m256i pairs = _mm256_or_si256(_mm256_srli_epi32(bf16_rounded_high(even), 16),
                                         _mm256_and_si256(bf16_rounded_high(odd), _mm256_set1_epi32(-65536)));
