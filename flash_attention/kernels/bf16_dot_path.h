@@ -67,7 +67,7 @@ struct ARows {
   }
 };
 
-// NP pairs (16: a whole A block; 8: its first half) of the R x NV register
+// NP pairs (16: a whole A block; 8 or 4: its first half or quarter) of the R x NV register
 // block: A rows `row` apart from ab, B vector v at bb + v * b_vstride.
 template <int R, int NV, int NP>
 [[gnu::always_inline]] inline void dot_pairs(__m512 (&acc)[R][NV], const std::uint32_t* ab, std::int64_t row,
@@ -84,8 +84,8 @@ template <int R, int NV, int NP>
 }
 
 // C[i][16 v ..] (+)= sum_p A(i, p) · B(p, v) for i < R, v < NV, p < pairs (a
-// multiple of 8: the last A block may be used only half, its first 16 dims,
-// when head_dim is 16 past a multiple of 32): A's rows from `a`, in A
+// multiple of 4: the last A block may be used only in part, its first 8,
+// 16 or 24 dims, when head_dim is that far past a multiple of 32): A's rows from `a`, in A
 // blocks (its first R rows lie in one), or with kRows rows `a_row` apart,
 // B vector v at b + v * b_vstride + p * 16, C rows ldc floats apart.
 // kLoad: add to C.
@@ -105,7 +105,14 @@ inline void dot_block(const std::uint32_t* a, std::int64_t a_row, const std::uin
   for (; p0 + 16 <= pairs; p0 += 16) {
     dot_pairs<R, NV, 16>(acc, a + (p0 / 16) * kPairBlock, row, b + std::int64_t(p0) * 16, b_vstride);
   }
-  if (p0 < pairs) dot_pairs<R, NV, 8>(acc, a + (p0 / 16) * kPairBlock, row, b + std::int64_t(p0) * 16, b_vstride);
+  // The last block's 4, 8 or 12 pairs (one A block: p0 stays its start).
+  const std::uint32_t* a_last = a + (p0 / 16) * kPairBlock;
+  if (pairs - p0 >= 8) {
+    dot_pairs<R, NV, 8>(acc, a_last, row, b + std::int64_t(p0) * 16, b_vstride);
+    a_last += 8;
+    p0 += 8;
+  }
+  if (p0 < pairs) dot_pairs<R, NV, 4>(acc, a_last, row, b + std::int64_t(p0) * 16, b_vstride);
   for (int i = 0; i < R; ++i) {
     for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + std::int64_t(i) * ldc + v * 16, acc[i][v]);
   }
@@ -144,7 +151,7 @@ inline void dot_block_half(const std::uint32_t* a, std::int64_t a_row, const std
   };
   int p0 = 0;
   for (; p0 + 16 <= pairs; p0 += 16) step(a + (p0 / 16) * kPairBlock, b + std::int64_t(p0) * 16, 16);
-  if (p0 < pairs) step(a + (p0 / 16) * kPairBlock, b + std::int64_t(p0) * 16, 8);
+  if (p0 < pairs) step(a + (p0 / 16) * kPairBlock, b + std::int64_t(p0) * 16, pairs - p0);
   for (int i = 0; i < R; ++i) _mm512_storeu_ps(c + std::int64_t(i) * ldc, _mm512_zextps256_ps512(acc[i]));
 }
 
@@ -221,8 +228,11 @@ struct DotProducts {
   static constexpr const char* kUnit = "VDPBF16PS";  // for fa2_stages
   template <DType DT>
   static constexpr bool kHandles = DT == DType::kBF16 || is_fp8(DT);
-  static constexpr int kOutDimStep = 16;  // Oᵀ rows per 16-row A block, taken 8 at a time
-  static constexpr int kReduceStep = 16;  // Q·Kᵀ's dims: half an A block's 16 pairs at a time
+  // Both products step by 8 dims, so a head_dim 8 or 24 past a multiple of
+  // 16 computes no padding (at 16 dims, D=40 took D=48's time: 0.74x D=64's
+  // throughput, docs/PERF.md).
+  static constexpr int kOutDimStep = 8;  // Oᵀ rows per register block (8 of a 16-row A block)
+  static constexpr int kReduceStep = 8;  // Q·Kᵀ's dims: 4 of an A block's 16 pairs at least
   static constexpr int kRowStep = 8;      // a last vector of 8 rows runs on 256-bit VDPBF16PS
   // VDPBF16PS runs on the vector pipes the softmax uses: FA3's pair
   // schedule has nothing to overlap and keeps two Q tiles' operands hot
@@ -243,13 +253,13 @@ struct DotProducts {
   // apart (no packing: the engine broadcasts one pair of a row at a time,
   // wherever the row lies), for `cols` keys (a multiple of kDotRows: Sᵀ's
   // rows from cols on are left unwritten, and the softmax reads none of
-  // them); head_dim is reduce_dims (a multiple of 16: the rows hold nothing
-  // past it).
+  // them); head_dim is reduce_dims (a multiple of kReduceStep: the rows hold
+  // nothing past it).
   static constexpr bool kReadsKInPlace = true;
   // V too would need VDPBF16PS pairs of keys: it is packed (Vᵀ pairs).
   static constexpr bool kReadsKvRows = false;
   static bool reads_k_in_place(std::int64_t head_dim, int cols, std::int64_t k_row_stride) {
-    return head_dim % 16 == 0 && cols % kDotRows == 0 && k_row_stride % 2 == 0;
+    return head_dim % kReduceStep == 0 && cols % kDotRows == 0 && k_row_stride % 2 == 0;
   }
   static void scores_in_place(const std::uint16_t* k, std::int64_t k_row_pairs, const std::uint32_t* qb, int tq, int D,
                               int reduce_dims, int cols, int width, float* st, const KeySpan* spans, KvLineStream* next) {

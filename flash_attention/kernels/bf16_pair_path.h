@@ -955,11 +955,13 @@ class PairTileSteps {
   int dims() const { return static_cast<int>(job_.head_dim); }  // as given
   int D() const { return pair_dims(job_.head_dim); }             // padded to the engines' step
   // Oᵀ's rows the second product computes: head_dim padded to the engine's
-  // output step (16 dims on VDPBF16PS, which takes A rows 8 at a time; the
-  // tile unit's 32), V being packed to D (its extra rows are zero).
+  // output step (8 dims on VDPBF16PS, which takes A rows 8 at a time; the
+  // tile unit's 32), V being packed to D (its extra rows are zero; rows past
+  // out_dims are never computed, and the epilogue reads them only into
+  // lanes it does not store).
   int out_dims() const { return round_up_dims(job_.head_dim, Engine::kOutDimStep); }
   // The dims Q·Kᵀ sums over: head_dim padded to the engine's reduction step
-  // (16 on VDPBF16PS, half an A block; the tile unit's 32), the operands
+  // (8 on VDPBF16PS, a quarter of an A block; the tile unit's 32), the operands
   // being packed to D (their extra dims are zero).
   int reduce_dims() const { return round_up_dims(job_.head_dim, Engine::kReduceStep); }
   // The query rows the products compute: the tile's rows rounded up to the
