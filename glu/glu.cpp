@@ -4,6 +4,7 @@
 #include "glu/glu.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -114,13 +115,70 @@ TableSlot table_slot(Isa isa, GluKind kind, DType gate_dtype) {
   return {path, kind == GluKind::kReGlu ? -1 : static_cast<int>(kind), gate_dtype == DType::kBF16 ? 0 : gate_dtype == DType::kF16 ? 1 : -1};
 }
 
-const float* activation_table(Isa isa, const detail::GluKernelTable& kernels, GluKind kind, DType gate_dtype) {
+// Whether reading act(g) from `table` beats computing it on this core, for
+// gates as a layer's activations run (normal, spread over a few thousand
+// table entries, most of them L1's).  Which wins depends on the core's
+// gathers, not on the path alone: on Zen 4 (avx512bf16) computing SwiGLU
+// and GeGLU tanh took 0.6-0.8x the table's time and GeGLU erf 1.1-1.2x;
+// on a Xeon with AMX and on Zen 3 (avx2) the table won for every
+// activation (docs/PERF.md).  So the two are timed on a row in cache, best
+// of 15 alternating runs each (about 0.1 ms, once a process per table);
+// the outputs are the same bits either way.
+bool table_beats_computing(const detail::GluKernelTable& kernels, GluKind kind, DType gate_dtype, const float* table) {
+  constexpr std::int64_t kWidth = 8192;
+  std::vector<std::uint16_t> x(2 * kWidth), y(kWidth);
+  std::uint32_t state = 2463534242u;
+  auto uniform = [&] {
+    state ^= state << 13;
+    state ^= state >> 17;
+    state ^= state << 5;
+    return static_cast<float>(state >> 8) / 16777216.0f;
+  };
+  auto half = [&](float v) { return gate_dtype == DType::kBF16 ? detail::f32_to_bf16(v) : detail::f32_to_f16(v); };
+  for (std::int64_t i = 0; i < kWidth; ++i) {
+    // Irwin-Hall: about normal, standard deviation 2.
+    const float g = 2.0f * (uniform() + uniform() + uniform() + uniform() - 2.0f) * 1.7320508f;
+    x[static_cast<std::size_t>(i)] = half(g);
+    x[static_cast<std::size_t>(kWidth + i)] = half(1.0f);
+  }
+  detail::GluJob job;
+  job.kind = kind;
+  job.rows = 1;
+  job.width = kWidth;
+  job.gate = x.data();
+  job.up = x.data() + kWidth;
+  job.x_dtype = gate_dtype;
+  job.x_stride = 2 * kWidth;
+  job.y = y.data();
+  job.y_dtype = gate_dtype;
+  job.y_stride = kWidth;
+  auto seconds = [&](const float* activation) {
+    job.activation = activation;
+    const auto start = std::chrono::steady_clock::now();
+    kernels.run(job, 0, 1, 0, kWidth);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  double looked_up = 1e30, computed = 1e30;
+  for (int r = 0; r < 16; ++r) {  // the first round warms both up, untimed
+    const double a = seconds(table), b = seconds(nullptr);
+    if (r > 0) looked_up = std::min(looked_up, a), computed = std::min(computed, b);
+  }
+  return looked_up < computed;
+}
+
+struct ActivationTable {
+  const float* values = nullptr;  // null: no table for this path, activation and dtype
+  bool faster = false;            // table_beats_computing on this core
+};
+
+ActivationTable activation_table(Isa isa, const detail::GluKernelTable& kernels, GluKind kind, DType gate_dtype) {
   constexpr std::int64_t kValues = 65536;
   const TableSlot slot = table_slot(isa, kind, gate_dtype);
-  if (!slot.used()) return nullptr;
+  if (!slot.used()) return {};
   struct Table {
     std::once_flag built;
     std::unique_ptr<float[]> values;
+    bool faster = false;
   };
   static Table tables[3][3][2];
   Table& t = tables[slot.path][slot.kind][slot.dtype];
@@ -144,8 +202,16 @@ const float* activation_table(Isa isa, const detail::GluKernelTable& kernels, Gl
     job.y_dtype = DType::kF32;
     job.y_stride = kValues;
     kernels.run(job, 0, 1, 0, kValues);
+    t.faster = table_beats_computing(kernels, kind, gate_dtype, t.values.get());
   });
-  return t.values.get();
+  return {t.values.get(), t.faster};
+}
+
+// The table a call reads act(g) from, or null to compute it.
+const float* lookup_table(const GluParams& p, Isa isa, const detail::GluKernelTable& kernels, DType gate_dtype) {
+  if (p.lookup_activation == false) return nullptr;
+  const ActivationTable t = activation_table(isa, kernels, p.kind, gate_dtype);
+  return p.lookup_activation == true || t.faster ? t.values : nullptr;
 }
 
 }  // namespace
@@ -154,7 +220,7 @@ Status glu_isa(const GluParams& p, Isa* isa) { return detail::choose_elementwise
 
 bool glu_uses_activation_table(const GluParams& p, DType x_dtype) {
   Isa isa;
-  return p.lookup_activation && glu_isa(p, &isa).ok() && table_slot(isa, p.kind, x_dtype).used();
+  return glu_isa(p, &isa).ok() && table_slot(isa, p.kind, x_dtype).used() && lookup_table(p, isa, *table_of(isa), x_dtype);
 }
 
 Status validate_glu(const GluParams& p, const GluTensors& t) {
@@ -210,7 +276,7 @@ Status glu_forward(const GluParams& p, const GluTensors& t) {
   const std::int64_t items = row_blocks * col_blocks;
   const int used = static_cast<int>(std::min<std::int64_t>(threads, items));
   const detail::GluKernelTable* table = table_of(isa);
-  if (p.lookup_activation) job.activation = activation_table(isa, *table, p.kind, job.x_dtype);
+  job.activation = lookup_table(p, isa, *table, job.x_dtype);
   detail::ThreadPool::global().parallel_for(items, used, [&](std::int64_t item, int) {
     const std::int64_t rb = item / col_blocks, cb = item % col_blocks;
     const std::int64_t r0 = rb * rows_per_item, c0 = cb * cols;

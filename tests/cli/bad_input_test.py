@@ -243,7 +243,7 @@ ROPE_CASES = {
 GLU_CASES = {
     "glu_bad_op": (lambda d: ["--op=gelu"], "--op=gelu is not valid: expected swiglu, geglu, geglu-tanh or reglu"),
     "glu_bad_split": (lambda d: ["--split=middle"], "--split=middle is not valid: expected gate-first or up-first"),
-    "glu_bad_activation": (lambda d: ["--activation=exact"], "--activation=exact is not valid: expected table or computed"),
+    "glu_bad_activation": (lambda d: ["--activation=exact"], "--activation=exact is not valid: expected auto, table or computed"),
     "glu_bad_dtype": (lambda d: ["--dtype=fp8_e5m2"], "--dtype=fp8_e5m2 is not valid: expected fp32, fp16 or bf16"),
     "glu_bad_out_dtype": (lambda d: ["--out-dtype=int8"], "--out-dtype=int8 is not valid: expected fp32, fp16 or bf16"),
     "glu_hidden_zero": (lambda d: ["--hidden=0"], "--hidden: 0 is out of range (expected an integer from 1"),

@@ -49,8 +49,12 @@ struct GluParams {
   // 256 KiB a table), so the outputs are the same bits either way.  A gather
   // replaces the activation's 20-35 vector operations.  Gates spread over
   // the whole table (random bits, not activations) miss L1 and take ten
-  // times as long, still less than computing them.  false: always computed.
-  bool lookup_activation = true;
+  // times as long.  Whether the gather beats computing depends on the core
+  // (Zen 4 computes SwiGLU and GeGLU tanh faster; the table wins on Intel
+  // cores and on Zen 3).  Unset: whichever ran faster on this core, the two
+  // timed once a process per (path, activation, gate dtype) when the table
+  // is first built (about 0.1 ms).  true: the table; false: computed.
+  std::optional<bool> lookup_activation;
 };
 
 struct GluTensors {
