@@ -19,8 +19,13 @@ namespace fa::detail {
 // Where the row path's products are VDPBF16PS pair dot products (row_path.h:
 // on the avx512bf16 path, bf16 Q, K and V with head_dim a multiple of 32,
 // or an FP8 cache read with 16-bit Q) a row costs about half as much, and
-// tiles of up to kRowPathPairRows take it (TilePlan::row_rows,
-// AttentionJob::row_rows).  For an FP8 cache the tile loops are the FMA
+// tiles of up to kRowPathPairRows take it with bf16 Q, 8 with fp16 Q over
+// an FP8 cache (TilePlan::row_rows, AttentionJob::row_rows): a head's 9
+// to 16 bf16 rows took 0.5-0.9x the time of a 16-row pair tile, whose
+// packing of V is spread over few rows (8 heads, 4096 keys; an FP8 cache
+// 0.5-0.9x its FMA tile loop, but fp16 Q over FP8 1.2-1.3x; Zen 4,
+// docs/PERF.md).  A GQA group of 9 and more bf16 rows still takes the
+// packed tile (tile_planner.cpp).  For an FP8 cache the tile loops are the FMA
 // products on tiles widened to fp32: 8 rows there took about 3x the time of 4
 // on the row path (Zen 4, docs/PERF.md).  So do fp16 queries of 5 to 8
 // rows with no GQA group to pack, where the vector has 16 lanes: the FMA
@@ -33,7 +38,7 @@ namespace fa::detail {
 // packed GQA groups of 8 rows, bf16 without pair products and fp32 gained
 // nothing or lost there, and keep 4.
 inline constexpr int kRowPathMaxRows = 4;
-inline constexpr int kRowPathPairRows = 8;
+inline constexpr int kRowPathPairRows = 16;
 inline constexpr int kRowPathHalfRows = 8;
 // (static: this header is compiled with every path's flags, see DESIGN.)
 static constexpr bool row_path_has_pair_products(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
@@ -75,7 +80,7 @@ static constexpr bool fp16_tile_reads_rows(Isa isa, DType dtype, DType kv_dtype,
          seq_q <= kRowPathHalfRows && group * seq_q <= kFp16RowsMaxRows;
 }
 static constexpr int row_path_max_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim, std::int64_t group) {
-  if (row_path_has_pair_products(isa, dtype, kv_dtype, head_dim)) return kRowPathPairRows;
+  if (row_path_has_pair_products(isa, dtype, kv_dtype, head_dim)) return dtype == DType::kBF16 ? kRowPathPairRows : kRowPathHalfRows;
   const bool lanes16 = isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16 || isa == Isa::kAmx;
   if (lanes16 && dtype == DType::kF16 && (kv_dtype == DType::kF16 || kv_dtype == DType::kI8 || is_fp8(kv_dtype)) && group == 1) return kRowPathHalfRows;
   return kRowPathMaxRows;

@@ -248,11 +248,11 @@ TEST(Planner, DecodingTilesHoldTheKvHeadsInFlight) {
   }
 }
 
-// Short queries over an FP8 cache on the avx512bf16 path: up to 8 rows a
-// head take the row path, whose products are VDPBF16PS pair dot products
-// there (the tile loops' are FMA on tiles widened to fp32), GQA groups
-// packed into its items; 9 and more rows of a GQA group take the packed
-// tile.  An int8 cache keeps the row path to 4 rows.
+// Short queries over an FP8 cache on the avx512bf16 path: up to 16 rows a
+// head with bf16 Q, 8 with fp16 Q, take the row path, whose products are
+// VDPBF16PS pair dot products there (the tile loops' are FMA on tiles
+// widened to fp32), GQA groups packed into its items; more rows of a GQA
+// group take the packed tile.  An int8 cache keeps the row path to 4 rows.
 TEST(Planner, Fp8CacheShortQueriesTakeThePairRowPath) {
   if (!fa::isa_available(fa::Isa::kAvx512Bf16)) GTEST_SKIP() << "avx512bf16 path not available";
   fa::AttentionParams p;
@@ -262,12 +262,13 @@ TEST(Planner, Fp8CacheShortQueriesTakeThePairRowPath) {
   p.head_dim = 96;
   p.isa = fa::Isa::kAvx512Bf16;
   for (const fa::DType q : {fa::DType::kBF16, fa::DType::kF16}) {
-    for (const int rows : {5, 8, 9}) {
+    const int row_rows = q == fa::DType::kBF16 ? 16 : 8;
+    for (const int rows : {5, 8, 9, 16, 17}) {
       p.seq_q = rows;
       fa::TilePlan plan;
       ASSERT_TRUE(fa::plan(fa::Version::kFA2, p, q, fa::DType::kFP8E4M3, &plan).ok());
-      EXPECT_EQ(plan.row_rows, 8) << rows;
-      EXPECT_EQ(plan.pack_tile, rows > 8) << rows;
+      EXPECT_EQ(plan.row_rows, row_rows) << rows;
+      EXPECT_EQ(plan.pack_tile, rows > row_rows) << rows;
     }
     p.seq_q = 5;
     fa::TilePlan int8_plan;

@@ -597,7 +597,7 @@ struct TilePlan {
   // path: queries of row_rows + 1 to 32 rows in GQA groups (speculative
   // decoding, the tail of chunked prefill), and shorter ones where the bf16
   // pair engines (avx512bf16, amx) run the call and a group holds at least 8
-  // rows (on avx512bf16 with row_rows 8: more than 8; on amx with bf16 K/V
+  // rows (on avx512bf16: more than 8; on amx with bf16 K/V
   // or an FP8 cache, head_dim a multiple of 32, 2 rows; fp16 more than 8).
   // A tile then holds the rows of one K/V head's whole group, head after
   // head: tile_q rows in all, q_step of each head (tile_q / the group;
@@ -608,11 +608,12 @@ struct TilePlan {
   bool pack_tile = false;
   int q_step = 0;
   // The most rows a Q tile may have to run the row path (decoding and short
-  // queries: keys in the vector lanes, not query rows): 4, or 8 where the
+  // queries: keys in the vector lanes, not query rows): 4, or 16 where the
   // row path's products are VDPBF16PS pair dot products (bf16 Q, K and V on
-  // the avx512bf16 path, head_dim a multiple of 32), which cost about half
-  // of the FMA row path's, so a head's 5 to 8 rows no longer take half of a
-  // 16-row tile.
+  // the avx512bf16 path, head_dim a multiple of 32, or bf16 Q over an FP8
+  // cache; 8 for fp16 Q over one), which cost about half of the FMA row
+  // path's, so a head's 5 to 16 rows no longer take a 16-row tile whose
+  // per-tile packing few rows share.  8 for fp16 with no group on 16 lanes.
   int row_rows = 4;
 };
 
