@@ -328,11 +328,11 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // GQA 64/8, two rows at 32/8: 1.3-2.3x the FMA row path on Zen 4,
   // docs/PERF.md), where the cache is not quantized (the pair path does not
   // read one).  Where the row path has VDPBF16PS products (bf16 on the
-  // avx512bf16 path, head_dim a multiple of 32) it keeps groups of up to 8
-  // rows (decoding at 64/8: 1.4-2x the packed tile) and the tile takes 16
-  // and more (4 rows at 32/8 and 64/8: 1.15-1.25x the row path in BNSD);
-  // a head with no group keeps up to 16 (row_rows: 9 to 16 rows of 8/8
-  // 0.5-0.9x the time of the 16-row tile).  So does an FP8 cache there,
+  // avx512bf16 path, head_dim a multiple of 32) it keeps groups of up to
+  // 24 rows (kRowPathPairGroupRows; decoding at 64/8: 1.4-2x the packed
+  // tile; 12 to 24 rows 0.55-0.86x its time since the row path's line
+  // stream, 32 rows level or 1.1x) and a head with no group up to 16
+  // (row_rows: 9 to 16 rows of 8/8 0.5-0.9x the time of the 16-row tile).  So does an FP8 cache there,
   // whose tile loops run FMA products on tiles widened to fp32: 5 to 8
   // query rows 1.7-2.9x faster on the row path (8/8), 1.3-1.5x at 5 rows
   // of 32/8, level at 8; with bf16 Q up to 16 rows a head, 0.5-0.9x (Zen 4,
@@ -360,7 +360,7 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // rows (GQA 32/8 decoding) it took 0.7-0.8x the tile's time, at 8 (64/8)
   // 1.2-1.3x (BNSD, 32768 keys, Xeon with AMX, docs/PERF.md).
   const int rows_tile_min = kv_dtype == DType::kI8 ? 8 : 2;
-  const int pair_min_rows = rows_tile ? rows_tile_min : row_dot || fp16_pieces ? 9 : 8;
+  const int pair_min_rows = rows_tile ? rows_tile_min : row_dot ? detail::kRowPathPairGroupRows + 1 : fp16_pieces ? 9 : 8;
   // fp16 groups of 9 to 32 rows on the tile unit read K/V as rows too, each
   // tile widened into two bf16 pieces a value (detail::fp16_tile_reads_rows;
   // 0.77-0.86x the packed tile's time in BNSD at 16 to 32 rows, 32768 keys):

@@ -24,8 +24,8 @@ namespace fa::detail {
 // to 16 bf16 rows took 0.5-0.9x the time of a 16-row pair tile, whose
 // packing of V is spread over few rows (8 heads, 4096 keys; an FP8 cache
 // 0.5-0.9x its FMA tile loop, but fp16 Q over FP8 1.2-1.3x; Zen 4,
-// docs/PERF.md).  A GQA group of 9 and more bf16 rows still takes the
-// packed tile (tile_planner.cpp).  For an FP8 cache the tile loops are the FMA
+// docs/PERF.md).  A GQA group of more than kRowPathPairGroupRows bf16 rows
+// takes the packed tile (tile_planner.cpp).  For an FP8 cache the tile loops are the FMA
 // products on tiles widened to fp32: 8 rows there took about 3x the time of 4
 // on the row path (Zen 4, docs/PERF.md).  So do fp16 queries of 5 to 8
 // rows with no GQA group to pack, where the vector has 16 lanes: the FMA
@@ -39,6 +39,12 @@ namespace fa::detail {
 // nothing or lost there, and keep 4.
 inline constexpr int kRowPathMaxRows = 4;
 inline constexpr int kRowPathPairRows = 16;
+// GQA groups of up to this many rows (the group's heads times the queries)
+// take the row path's pair products too, each K/V tile read once for the
+// group; larger ones take the packed pair tile.  12 to 24 rows took
+// 0.55-0.86x the packed tile's time, 32 rows 0.9-1.1x (GQA 4 and 8, 4096
+// and 32768 keys, BNSD, Zen 4, docs/PERF.md).
+inline constexpr int kRowPathPairGroupRows = 24;
 inline constexpr int kRowPathHalfRows = 8;
 // (static: this header is compiled with every path's flags, see DESIGN.)
 static constexpr bool row_path_has_pair_products(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {

@@ -1178,7 +1178,7 @@ TEST_P(EdgeCases, ShortGqaQueriesOnThePackedTile) {
 // Decoding and short queries at head_dims that are multiples of 32, where
 // bf16 on the avx512bf16 path runs the row path's VDPBF16PS products (K and
 // V read in place as key pairs, P rounded to bf16, O in paired order until
-// the end) for up to 16 rows a head (TilePlan::row_rows; a GQA group of 9
+// the end) for up to 16 rows a head (TilePlan::row_rows; a GQA group of 25
 // and more rows takes the packed tile): odd key counts (a last key without
 // a partner), whole K/V rows of several heads (BSH), a paged cache,
 // splits, 5 to 8 and 12 to 16 rows of multi-head calls, and the score
@@ -1225,7 +1225,7 @@ TEST_P(EdgeCases, ShortQueriesAtWholeVectorsOfPairs) {
     const std::string where = "seq_q " + std::to_string(s.seq_q) + " head_dim " + std::to_string(s.head_dim);
     fa::TilePlan plan;
     ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok()) << where;
-    if (isa() == fa::Isa::kAvx512Bf16 && dtype() == DType::kBF16) {  // groups of up to 8 rows, a head's 16: the row path
+    if (isa() == fa::Isa::kAvx512Bf16 && dtype() == DType::kBF16) {  // groups of up to 24 rows, a head's 16: the row path
       EXPECT_FALSE(plan.pack_tile) << where << ": bf16 short queries take the row path's pair products here";
       EXPECT_EQ(plan.row_rows, 16) << where;
     } else {

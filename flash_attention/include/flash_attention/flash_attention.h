@@ -597,7 +597,7 @@ struct TilePlan {
   // path: queries of row_rows + 1 to 32 rows in GQA groups (speculative
   // decoding, the tail of chunked prefill), and shorter ones where the bf16
   // pair engines (avx512bf16, amx) run the call and a group holds at least 8
-  // rows (on avx512bf16: more than 8; on amx with bf16 K/V
+  // rows (on avx512bf16: more than 24; on amx with bf16 K/V
   // or an FP8 cache, head_dim a multiple of 32, 2 rows; fp16 more than 8).
   // A tile then holds the rows of one K/V head's whole group, head after
   // head: tile_q rows in all, q_step of each head (tile_q / the group;
