@@ -115,6 +115,24 @@ TableSlot table_slot(Isa isa, GluKind kind, DType gate_dtype) {
   return {path, kind == GluKind::kReGlu ? -1 : static_cast<int>(kind), gate_dtype == DType::kBF16 ? 0 : gate_dtype == DType::kF16 ? 1 : -1};
 }
 
+// A job over one row of `width` outputs: x holds the gates, then the up
+// half; y is packed.
+detail::GluJob one_row_job(GluKind kind, DType gate_dtype, const std::uint16_t* x, std::int64_t width, void* y,
+                           DType y_dtype) {
+  detail::GluJob job;
+  job.kind = kind;
+  job.rows = 1;
+  job.width = width;
+  job.gate = x;
+  job.up = x + width;
+  job.x_dtype = gate_dtype;
+  job.x_stride = 2 * width;
+  job.y = y;
+  job.y_dtype = y_dtype;
+  job.y_stride = width;
+  return job;
+}
+
 // Whether reading act(g) from `table` beats computing it on this core, for
 // gates as a layer's activations run (normal, spread over a few thousand
 // table entries, most of them L1's).  Which wins depends on the core's
@@ -141,17 +159,7 @@ bool table_beats_computing(const detail::GluKernelTable& kernels, GluKind kind, 
     x[static_cast<std::size_t>(i)] = half(g);
     x[static_cast<std::size_t>(kWidth + i)] = half(1.0f);
   }
-  detail::GluJob job;
-  job.kind = kind;
-  job.rows = 1;
-  job.width = kWidth;
-  job.gate = x.data();
-  job.up = x.data() + kWidth;
-  job.x_dtype = gate_dtype;
-  job.x_stride = 2 * kWidth;
-  job.y = y.data();
-  job.y_dtype = gate_dtype;
-  job.y_stride = kWidth;
+  detail::GluJob job = one_row_job(kind, gate_dtype, x.data(), kWidth, y.data(), gate_dtype);
   auto seconds = [&](const float* activation) {
     job.activation = activation;
     const auto start = std::chrono::steady_clock::now();
@@ -190,18 +198,7 @@ ActivationTable activation_table(Isa isa, const detail::GluKernelTable& kernels,
       x[static_cast<std::size_t>(kValues + i)] = one;
     }
     t.values.reset(new float[kValues]);
-    detail::GluJob job;
-    job.kind = kind;
-    job.rows = 1;
-    job.width = kValues;
-    job.gate = x.data();
-    job.up = x.data() + kValues;
-    job.x_dtype = gate_dtype;
-    job.x_stride = 2 * kValues;
-    job.y = t.values.get();
-    job.y_dtype = DType::kF32;
-    job.y_stride = kValues;
-    kernels.run(job, 0, 1, 0, kValues);
+    kernels.run(one_row_job(kind, gate_dtype, x.data(), kValues, t.values.get(), DType::kF32), 0, 1, 0, kValues);
     t.faster = table_beats_computing(kernels, kind, gate_dtype, t.values.get());
   });
   return {t.values.get(), t.faster};
