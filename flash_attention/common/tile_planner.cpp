@@ -331,11 +331,12 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // avx512bf16 path, head_dim a multiple of 32) it keeps groups of up to
   // 24 rows (kRowPathPairGroupRows; decoding at 64/8: 1.4-2x the packed
   // tile; 12 to 24 rows 0.55-0.86x its time since the row path's line
-  // stream, 32 rows level or 1.1x) and a head with no group up to 16
-  // (row_rows: 9 to 16 rows of 8/8 0.5-0.9x the time of the 16-row tile).
+  // stream, 32 rows level or 1.1x) and a head with no group up to 24
+  // (row_rows: 9 to 24 rows of 8/8 0.5-0.9x the time of the 16- and
+  // 32-row tiles, 32 rows level).
   // So does an FP8 cache there, whose tile loops run FMA products on tiles
   // widened to fp32: 5 to 8 query rows 1.7-2.9x faster on the row path
-  // (8/8), 1.3-1.5x at 5 rows of 32/8, level at 8; with bf16 Q up to 16
+  // (8/8), 1.3-1.5x at 5 rows of 32/8, level at 8; with bf16 Q up to 24
   // rows a head, 0.5-0.9x (Zen 4, docs/PERF.md).  fp16
   // with no group to pack takes the FMA row path up to 8 rows on 16 lanes
   // (kRowPathHalfRows: 0.4-0.6x the time of the half-empty 16-row tile on

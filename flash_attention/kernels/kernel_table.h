@@ -21,10 +21,10 @@ namespace fa::detail {
 // or an FP8 cache read with 16-bit Q) a row costs about half as much, and
 // tiles of up to kRowPathPairRows take it with bf16 Q, 8 with fp16 Q over
 // an FP8 cache (TilePlan::row_rows, AttentionJob::row_rows): a head's 9
-// to 16 bf16 rows took 0.5-0.9x the time of a 16-row pair tile, whose
-// packing of V is spread over few rows (8 heads, 4096 keys; an FP8 cache
-// 0.5-0.9x its FMA tile loop, but fp16 Q over FP8 1.2-1.3x; Zen 4,
-// docs/PERF.md).  A GQA group of more than kRowPathPairGroupRows bf16 rows
+// to 24 bf16 rows took 0.5-0.9x the time of a 16- or 32-row pair tile,
+// whose packing of V is spread over few rows, and 32 rows about the same
+// (8 heads, 4096 keys; an FP8 cache 0.5-0.9x its FMA tile loop, but fp16 Q
+// over FP8 1.2-1.3x; Zen 4, docs/PERF.md).  A GQA group of more than kRowPathPairGroupRows bf16 rows
 // takes the packed tile (tile_planner.cpp).  For an FP8 cache the tile
 // loops are the FMA products on tiles widened to fp32: 8 rows there took
 // about 3x the time of 4 on the row path (Zen 4, docs/PERF.md).  So do fp16 queries of 5 to 8
@@ -38,7 +38,7 @@ namespace fa::detail {
 // packed GQA groups of 8 rows, bf16 without pair products and fp32 gained
 // nothing or lost there, and keep 4.
 inline constexpr int kRowPathMaxRows = 4;
-inline constexpr int kRowPathPairRows = 16;
+inline constexpr int kRowPathPairRows = 24;
 // GQA groups of up to this many rows (the group's heads times the queries)
 // take the row path's pair products too, each K/V tile read once for the
 // group; larger ones take the packed pair tile.  12 to 24 rows took

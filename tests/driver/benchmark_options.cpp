@@ -63,7 +63,7 @@ std::vector<FlagSpec> benchmark_flags() {
       {"threads", K::kInt, "N", "threads (default: every core this process may use, capped by FA_MAX_THREADS)"},
       {"async", K::kBool, "", "prefetch the next K/V tile while computing the current one (FA2, FA3; default: FA_ENABLE_ASYNC)"},
       {"no-async", K::kBool, "", "no next-tile prefetch, whatever FA_ENABLE_ASYNC says"},
-      {"num-splits", K::kString, "N|auto", "split-KV chunks: 1 = unsplit, N, or auto (default: auto with FA_SPLIT_ENABLE=ON or short queries: at most 4 query rows, 16 for bf16 on avx512bf16 with head_dim a multiple of 32; else 1)"},
+      {"num-splits", K::kString, "N|auto", "split-KV chunks: 1 = unsplit, N, or auto (default: auto with FA_SPLIT_ENABLE=ON or short queries: at most 4 query rows, 24 for bf16 on avx512bf16 with head_dim a multiple of 32; else 1)"},
       {"seed", K::kInt, "N", "seed of the random inputs used when no input files are given (default 1)"},
       {"isa", K::kString, "generic|avx2|avx512|avx512bf16|amx", "kernel path (default: FA_ISA, else the fastest this CPU runs)"},
       {"no-probe", K::kBool, "", "skip the start-up measurements of the unit's peak and the memory bandwidth (no Utilization or Bandwidth line)"},

@@ -1038,10 +1038,10 @@ TEST_P(EdgeCases, PackedGqaTileEqualsRepeatedKvHeads) {
   for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
     const std::int64_t D = layout == Layout::kBSH ? 40 : 64;
     // Two query counts a layout: a partial vector and whole ones, 11 to 32
-    // (past TilePlan::row_rows: 8 for fp16 with no group, 16 for bf16 on
+    // (past TilePlan::row_rows: 8 for fp16 with no group, 24 for bf16 on
     // the avx512bf16 path at head_dim 64, so the repeated call runs a tile
     // per head too).
-    for (std::int64_t seq_q : layout == Layout::kBSH ? std::array{11, 32} : std::array{17, 19}) {
+    for (std::int64_t seq_q : layout == Layout::kBSH ? std::array{11, 32} : std::array{25, 27}) {
       for (int variant = 0; variant < 2; ++variant) {
         fa::AttentionParams p;
         p.batch = 2;
@@ -1178,10 +1178,10 @@ TEST_P(EdgeCases, ShortGqaQueriesOnThePackedTile) {
 // Decoding and short queries at head_dims that are multiples of 32, where
 // bf16 on the avx512bf16 path runs the row path's VDPBF16PS products (K and
 // V read in place as key pairs, P rounded to bf16, O in paired order until
-// the end) for up to 16 rows a head (TilePlan::row_rows; a GQA group of 25
-// and more rows takes the packed tile): odd key counts (a last key without
-// a partner), whole K/V rows of several heads (BSH), a paged cache,
-// splits, 5 to 8 and 12 to 16 rows of multi-head calls, and the score
+// the end) for up to 24 rows a head or a GQA group (TilePlan::row_rows,
+// detail::kRowPathPairGroupRows): odd key counts (a last key without a
+// partner), whole K/V rows of several heads (BSH), a paged cache, splits,
+// 5 to 8 and 12 to 24 rows of multi-head calls, and the score
 // modifiers,
 // against the float64 reference and the accuracy rule.  On every path and
 // dtype, so the other row paths answer the same cases.
@@ -1199,7 +1199,8 @@ TEST_P(EdgeCases, ShortQueriesAtWholeVectorsOfPairs) {
                          Shape{7, 4, 4, 64, 139, 2, 0, Layout::kBSH, MaskMode::kCausal},
                          Shape{8, 2, 2, 32, 45, 1, 16, Layout::kBNSD, MaskMode::kNone},
                          Shape{12, 3, 3, 128, 203, 2, 0, Layout::kBNSD, MaskMode::kCausal},
-                         Shape{16, 2, 2, 64, 77, 1, 32, Layout::kBSH, MaskMode::kNone}}) {
+                         Shape{16, 2, 2, 64, 77, 1, 32, Layout::kBSH, MaskMode::kNone},
+                         Shape{24, 2, 2, 96, 61, 2, 0, Layout::kBSH, MaskMode::kCausal}}) {
     CaseSpec c;
     c.dtype = dtype();
     c.seed = 500 + s.head_dim;
@@ -1225,9 +1226,9 @@ TEST_P(EdgeCases, ShortQueriesAtWholeVectorsOfPairs) {
     const std::string where = "seq_q " + std::to_string(s.seq_q) + " head_dim " + std::to_string(s.head_dim);
     fa::TilePlan plan;
     ASSERT_TRUE(fa::plan(fa::cli::kVersion, p, dtype(), &plan).ok()) << where;
-    if (isa() == fa::Isa::kAvx512Bf16 && dtype() == DType::kBF16) {  // groups of up to 24 rows, a head's 16: the row path
+    if (isa() == fa::Isa::kAvx512Bf16 && dtype() == DType::kBF16) {  // up to 24 rows a head or a group: the row path
       EXPECT_FALSE(plan.pack_tile) << where << ": bf16 short queries take the row path's pair products here";
-      EXPECT_EQ(plan.row_rows, 16) << where;
+      EXPECT_EQ(plan.row_rows, 24) << where;
     } else {
       // fp16 with no group to pack, 16 lanes: up to 8 rows (kRowPathHalfRows).
       const bool lanes16 = isa() == fa::Isa::kAvx512 || isa() == fa::Isa::kAvx512Bf16 || isa() == fa::Isa::kAmx;

@@ -248,7 +248,7 @@ TEST(Planner, DecodingTilesHoldTheKvHeadsInFlight) {
   }
 }
 
-// Short queries over an FP8 cache on the avx512bf16 path: up to 16 rows a
+// Short queries over an FP8 cache on the avx512bf16 path: up to 24 rows a
 // head with bf16 Q, 8 with fp16 Q, take the row path, whose products are
 // VDPBF16PS pair dot products there (the tile loops' are FMA on tiles
 // widened to fp32), GQA groups packed into its items; more rows of a GQA
@@ -262,8 +262,8 @@ TEST(Planner, Fp8CacheShortQueriesTakeThePairRowPath) {
   p.head_dim = 96;
   p.isa = fa::Isa::kAvx512Bf16;
   for (const fa::DType q : {fa::DType::kBF16, fa::DType::kF16}) {
-    const int row_rows = q == fa::DType::kBF16 ? 16 : 8;
-    for (const int rows : {5, 8, 9, 16, 17}) {
+    const int row_rows = q == fa::DType::kBF16 ? 24 : 8;
+    for (const int rows : {5, 8, 9, 24, 25}) {
       p.seq_q = rows;
       fa::TilePlan plan;
       ASSERT_TRUE(fa::plan(fa::Version::kFA2, p, q, fa::DType::kFP8E4M3, &plan).ok());

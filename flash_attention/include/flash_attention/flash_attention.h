@@ -608,11 +608,11 @@ struct TilePlan {
   bool pack_tile = false;
   int q_step = 0;
   // The most rows a Q tile may have to run the row path (decoding and short
-  // queries: keys in the vector lanes, not query rows): 4, or 16 where the
+  // queries: keys in the vector lanes, not query rows): 4, or 24 where the
   // row path's products are VDPBF16PS pair dot products (bf16 Q, K and V on
   // the avx512bf16 path, head_dim a multiple of 32, or bf16 Q over an FP8
   // cache; 8 for fp16 Q over one), which cost about half of the FMA row
-  // path's, so a head's 5 to 16 rows no longer take a 16-row tile whose
+  // path's, so a head's 5 to 24 rows no longer take a 16- or 32-row tile whose
   // per-tile packing few rows share.  8 for fp16 with no group on 16 lanes.
   int row_rows = 4;
 };
