@@ -24,8 +24,8 @@ namespace fa::detail {
 // to 24 bf16 rows took 0.5-0.9x the time of a 16- or 32-row pair tile,
 // whose packing of V is spread over few rows, and 32 rows about the same
 // (8 heads, 4096 keys; an FP8 cache 0.5-0.9x its FMA tile loop, but fp16 Q
-// over FP8 1.2-1.3x; Zen 4, docs/PERF.md).  A GQA group of more than kRowPathPairGroupRows bf16 rows
-// takes the packed tile (tile_planner.cpp).  For an FP8 cache the tile
+// over FP8 1.2-1.3x; Zen 4, docs/PERF.md).  A GQA group of more than
+// kRowPathPairGroupRows bf16 rows takes the packed tile (tile_planner.cpp).  For an FP8 cache the tile
 // loops are the FMA products on tiles widened to fp32: 8 rows there took
 // about 3x the time of 4 on the row path (Zen 4, docs/PERF.md).  So do fp16 queries of 5 to 8
 // rows with no GQA group to pack, where the vector has 16 lanes: the FMA

@@ -1037,7 +1037,7 @@ TEST_P(EdgeCases, PackedGqaTileEqualsRepeatedKvHeads) {
   }
   for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
     const std::int64_t D = layout == Layout::kBSH ? 40 : 64;
-    // Two query counts a layout: a partial vector and whole ones, 11 to 32
+    // Two query counts a layout, 11 to 32, partial vectors and whole ones
     // (past TilePlan::row_rows: 8 for fp16 with no group, 24 for bf16 on
     // the avx512bf16 path at head_dim 64, so the repeated call runs a tile
     // per head too).

@@ -612,8 +612,8 @@ struct TilePlan {
   // row path's products are VDPBF16PS pair dot products (bf16 Q, K and V on
   // the avx512bf16 path, head_dim a multiple of 32, or bf16 Q over an FP8
   // cache; 8 for fp16 Q over one), which cost about half of the FMA row
-  // path's, so a head's 5 to 24 rows no longer take a 16- or 32-row tile whose
-  // per-tile packing few rows share.  8 for fp16 with no group on 16 lanes.
+  // path's, so a head's 5 to 24 rows no longer take a 16- or 32-row tile
+  // whose per-tile packing few rows share.  8 for fp16 with no group on 16 lanes.
   int row_rows = 4;
 };
 
