@@ -217,7 +217,7 @@ Status glu_isa(const GluParams& p, Isa* isa) { return detail::choose_elementwise
 
 bool glu_uses_activation_table(const GluParams& p, DType x_dtype) {
   Isa isa;
-  return glu_isa(p, &isa).ok() && table_slot(isa, p.kind, x_dtype).used() && lookup_table(p, isa, *table_of(isa), x_dtype);
+  return glu_isa(p, &isa).ok() && lookup_table(p, isa, *table_of(isa), x_dtype) != nullptr;
 }
 
 Status validate_glu(const GluParams& p, const GluTensors& t) {

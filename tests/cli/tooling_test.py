@@ -12,6 +12,7 @@ into WORK_DIR/install_fa2; the cases after it use that install.  Each case
 prints PASS or FAIL and its reason.  Stdlib only.
 """
 import csv
+import json
 import os
 import re
 import shutil
@@ -214,11 +215,15 @@ def case_regression_test(work, _):
 
 # --- configs/ and --config (blocks 11 and 12) ---------------------------------
 
+def last_json(p):
+    """The JSON object a --json run prints on its last line."""
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def bench_json(benchmark, *args, cwd=None):
-    import json
     p = run([benchmark, "--num-runs=1", "--warmup-runs=0", "--no-probe", *args, "--json"], cwd=cwd)
     assert p.returncode == 0, p.stdout + p.stderr
-    return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+    return last_json(p), p.stderr
 
 
 def case_benchmark_config_files(work, benchmark):
@@ -229,7 +234,6 @@ def case_benchmark_config_files(work, benchmark):
     # On a core whose L2 the config's 256 x 128 tiles overflow (512 KiB:
     # Zen 2 and 3), the benchmark refuses them as the guide's trap says, and
     # the rest is checked with the tile the refusal proposes.
-    import json
     long_args = [f"--config={configs}/long_sequence_config.json", "--seq-q=256", "--num-heads=2"]
     tile_q = 256
     with tempfile.TemporaryDirectory() as d:
@@ -244,7 +248,7 @@ def case_benchmark_config_files(work, benchmark):
             long_args.append("--tile-q=128")
             p = long_run()
         assert p.returncode == 0, p.stdout + p.stderr
-        r, err = json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+        r, err = last_json(p), p.stderr
         assert os.path.isfile(os.path.join(d, "profiling_results", "fa2_benchmark_trace.json")), os.listdir(d)
     assert (r["seq_q"], r["seq_kv"], r["num_heads"], r["head_dim"], r["batch"]) == (256, 256, 2, 128, 1), r
     assert (r["dtype"], r["tile_q"], r["tile_kv"], r["causal"], r["async_prefetch"]) == ("bf16", tile_q, 128, False, True), r
@@ -272,7 +276,6 @@ def case_benchmark_config_files(work, benchmark):
         p = run([benchmark, "--seq-q=64", "--num-heads=1", "--num-runs=1", "--warmup-runs=0", "--no-probe",
                  f"--json-file={path}"])
         assert p.returncode == 0 and "Throughput:" in p.stdout, p.stdout + p.stderr
-        import json
         r = json.load(open(path))
         assert r["seq_q"] == 64 and r["throughput_tflops"] > 0, r
 
@@ -280,7 +283,6 @@ def case_benchmark_config_files(work, benchmark):
 # --- --profile: a Chrome trace of the timed calls ---------------------------
 
 def case_benchmark_profile_trace(work, benchmark):
-    import json
     with tempfile.TemporaryDirectory() as d:
         runs = 3
         # A causal call (items of different lengths) and a decoding call with
@@ -338,7 +340,6 @@ def check_chart(path_base):
 
 
 def case_perf_report(work, benchmark):
-    import json
     bin_dir = os.path.dirname(benchmark)
     with tempfile.TemporaryDirectory() as d:
         cfg = os.path.join(d, "matrix.json")
