@@ -252,9 +252,14 @@ def set_numpy_fast_path(dtypes: dict) -> None:
     Enables attention_direct on NumPy arrays of these dtypes (dtype -> 'fp32', 'fp16' or 'bf16').
     """
 
-def set_torch_fast_path(tensor_type: object, to_dlpack: object, from_dlpack: object) -> None:
+def set_torch_fast_path(tensor_type: object, to_dlpack: object, from_dlpack: object, use_exchange: bool = True) -> None:
     """
-    Enables attention_direct on plain CPU tensors (torch.Tensor and its DLPack converters).
+    Enables attention_direct on plain CPU tensors (torch.Tensor and its DLPack converters; with use_exchange, its DLPack C exchange table where the type has one).
+    """
+
+def torch_fast_path_exchange() -> bool:
+    """
+    Whether attention_direct reaches PyTorch through its DLPack C exchange table.
     """
 
 def attention_direct(q: object, k: object, v: object, return_lse: bool, out: object | None, options: dict) -> object:

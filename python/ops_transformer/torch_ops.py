@@ -37,12 +37,22 @@ _SCALAR_DEFAULTS: Dict[str, Any] = {
 # tensor subclasses, which the one-crossing call declines by type.
 compiling = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
-# Plain CPU tensors that need no gradient go to the library in one crossing
-# (_core.attention_direct) when torch.compile is not tracing the call.
-# (torch._C._from_dlpack is what torch.utils.dlpack.from_dlpack calls on a
-# capsule, without its Python frame; the public function where it is gone.)
-_core.set_torch_fast_path(torch.Tensor, torch.utils.dlpack.to_dlpack,
-                          getattr(torch._C, "_from_dlpack", torch.utils.dlpack.from_dlpack))
+
+def enable_fast_path(use_exchange: bool = True) -> bool:
+    """Plain CPU tensors that need no gradient go to the library in one
+    crossing (_core.attention_direct) when torch.compile is not tracing the
+    call.  The extension reads and makes tensors through DLPack's C exchange
+    table where this PyTorch has one (2.10 and later; use_exchange=False
+    takes the older route, which the tests also run), otherwise through
+    to_dlpack and a capsule import.  Returns whether the table is used.
+    (torch._C._from_dlpack is what torch.utils.dlpack.from_dlpack calls on a
+    capsule, without its Python frame; the public function where it is gone.)"""
+    _core.set_torch_fast_path(torch.Tensor, torch.utils.dlpack.to_dlpack,
+                              getattr(torch._C, "_from_dlpack", torch.utils.dlpack.from_dlpack), use_exchange)
+    return _core.torch_fast_path_exchange()
+
+
+enable_fast_path()
 
 
 def wants_autograd_op(q: Any, k: Any, v: Any, options: Dict[str, Any]) -> bool:

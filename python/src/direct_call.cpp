@@ -10,8 +10,9 @@
 // with cold caches, and cost 58-116 us a call from NumPy and about 250 us
 // from PyTorch at the guide's shape, against about 5 us warm.  Here a NumPy
 // array is read and allocated through NumPy's C API, a tensor is read and
-// its output handed over through DLPack (one call each, no argument
-// parsing), and the library runs with the GIL released.
+// its output handed over through DLPack (one C call each through PyTorch's
+// DLPack exchange table, or one Python call each without argument parsing
+// where PyTorch has no table), and the library runs with the GIL released.
 //
 // It never decides anything the general path would decide differently:
 // whatever it does not recognise (another keyword, a subclass, a dtype
@@ -50,8 +51,53 @@ namespace {
 struct NumpyPath {
   std::vector<std::pair<PyArray_Descr*, fa::DType>> dtypes;  // the descriptor objects, by identity
 };
+// DLPack's managed tensor (the unversioned one, which to_dlpack's capsule
+// holds), the ABI every framework shares.
+struct ManagedTensor {
+  nb::dlpack::dltensor tensor;
+  void* manager_ctx;
+  void (*deleter)(ManagedTensor*);
+};
+
+// DLPack's C exchange table (DLPack 1.2 and later: the type attribute
+// __dlpack_c_exchange_api__, a capsule named "dlpack_exchange_api"; PyTorch
+// 2.10 and later).  Its entries reach the framework's tensors as C calls:
+// no Python frame, no argument parsing, no capsule, no allocation to read a
+// tensor.  Declared here from the DLPack header's ABI, which is stable
+// within a major version.
+struct DLPackVersion {
+  std::uint32_t major;
+  std::uint32_t minor;
+};
+struct ManagedTensorVersioned {
+  DLPackVersion version;
+  void* manager_ctx;
+  void (*deleter)(ManagedTensorVersioned*);
+  std::uint64_t flags;
+  nb::dlpack::dltensor tensor;
+};
+struct ExchangeApi {
+  DLPackVersion version;
+  const ExchangeApi* prev_api;
+  // A new tensor of the framework's own (dtype, ndim, shape and device of
+  // `prototype`); on failure set_error is called and the result is nonzero.
+  int (*managed_tensor_allocator)(nb::dlpack::dltensor* prototype, ManagedTensorVersioned** out,
+                                  void* error_context,
+                                  void (*set_error)(void* error_context, const char* kind, const char* message));
+  int (*managed_tensor_from_py_object_no_sync)(void* py_object, ManagedTensorVersioned** out);
+  // Wraps an owned tensor as the framework's Python object (takes ownership).
+  int (*managed_tensor_to_py_object_no_sync)(ManagedTensorVersioned* tensor, void** py_object);
+  // A borrowed view of the object's tensor, valid until control returns to
+  // Python (may be null: not every framework offers it).
+  int (*dltensor_from_py_object_no_sync)(void* py_object, nb::dlpack::dltensor* out);
+  int (*current_work_stream)(std::int32_t device_type, std::int32_t device_id, void** stream);
+};
+
 struct TorchPath {
   PyTypeObject* tensor_type = nullptr;  // torch.Tensor, exact (subclasses take the general path)
+  // The exchange table where this PyTorch has one (with the two entries
+  // this file calls); otherwise the Python-level converters below.
+  const ExchangeApi* exchange = nullptr;
   PyObject* to_dlpack = nullptr;        // torch.utils.dlpack.to_dlpack
   PyObject* from_dlpack = nullptr;      // its DLPack import (torch._C._from_dlpack)
   // torch.Tensor's descriptors of the attribute requires_grad and the
@@ -98,12 +144,25 @@ bool read_numpy(PyObject* obj, Raw* r) {
   return true;
 }
 
-// DLPack's managed tensor, the ABI every framework shares.
-struct ManagedTensor {
-  nb::dlpack::dltensor tensor;
-  void* manager_ctx;
-  void (*deleter)(ManagedTensor*);
-};
+// A CPU tensor of fp32, fp16 or bf16 with 1-4 dimensions and no negative
+// stride, as Raw; false for anything else.
+bool from_dltensor(const nb::dlpack::dltensor& t, Raw* r) {
+  if (t.device.device_type != 1 /* kDLCPU */ || t.ndim < 1 || t.ndim > 4 || t.dtype.lanes != 1) return false;
+  if (t.dtype.code == 2 /* kDLFloat */ && t.dtype.bits == 32) r->dtype = fa::DType::kF32;
+  else if (t.dtype.code == 2 && t.dtype.bits == 16) r->dtype = fa::DType::kF16;
+  else if (t.dtype.code == 4 /* kDLBfloat */ && t.dtype.bits == 16) r->dtype = fa::DType::kBF16;
+  else return false;
+  r->data = static_cast<char*>(t.data) + t.byte_offset;
+  r->ndim = t.ndim;
+  std::int64_t dense = 1;
+  for (int i = t.ndim; i-- > 0;) {
+    r->shape[i] = t.shape[i];
+    r->strides[i] = t.strides ? t.strides[i] : dense;
+    dense *= t.shape[i];
+    if (r->strides[i] < 0) return false;
+  }
+  return true;
+}
 
 bool read_torch(PyObject* obj, Raw* r) {
   PyObject* grad = Py_TYPE(torch_path->requires_grad)->tp_descr_get(torch_path->requires_grad, obj,
@@ -126,34 +185,24 @@ bool read_torch(PyObject* obj, Raw* r) {
   Py_DECREF(negated);
   if (is_negated) return false;
   // Shape, strides, dtype, device and data in one call, with the exporter's
-  // own checks (dense tensors only).
+  // own checks (dense tensors only): a borrowed view through the exchange
+  // table, or a capsule from to_dlpack.
+  if (const ExchangeApi* api = torch_path->exchange) {
+    nb::dlpack::dltensor t;
+    if (api->dltensor_from_py_object_no_sync(obj, &t) != 0) {
+      PyErr_Clear();
+      return false;
+    }
+    return from_dltensor(t, r);
+  }
   PyObject* capsule = PyObject_CallOneArg(torch_path->to_dlpack, obj);
   if (!capsule) {
     PyErr_Clear();
     return false;
   }
   auto* mt = static_cast<ManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
-  bool ok = mt != nullptr;
-  if (!ok) PyErr_Clear();
-  if (ok) {
-    const nb::dlpack::dltensor& t = mt->tensor;
-    ok = t.device.device_type == 1 /* kDLCPU */ && t.ndim >= 1 && t.ndim <= 4 && t.dtype.lanes == 1;
-    if (t.dtype.code == 2 /* kDLFloat */ && t.dtype.bits == 32) r->dtype = fa::DType::kF32;
-    else if (t.dtype.code == 2 && t.dtype.bits == 16) r->dtype = fa::DType::kF16;
-    else if (t.dtype.code == 4 /* kDLBfloat */ && t.dtype.bits == 16) r->dtype = fa::DType::kBF16;
-    else ok = false;
-    if (ok) {
-      r->data = static_cast<char*>(t.data) + t.byte_offset;
-      r->ndim = t.ndim;
-      std::int64_t dense = 1;
-      for (int i = t.ndim; i-- > 0;) {
-        r->shape[i] = t.shape[i];
-        r->strides[i] = t.strides ? t.strides[i] : dense;
-        dense *= t.shape[i];
-        ok = ok && r->strides[i] >= 0;
-      }
-    }
-  }
+  if (!mt) PyErr_Clear();
+  const bool ok = mt && from_dltensor(mt->tensor, r);
   // Not consumed: the capsule's destructor gives the tensor's reference
   // back; the caller holds the tensor for the whole call.
   Py_DECREF(capsule);
@@ -177,40 +226,70 @@ nb::object allocate_numpy(const std::int64_t* shape, int ndim, fa::DType dtype, 
   return nb::steal(a);
 }
 
+nb::dlpack::dtype dl_dtype(fa::DType dtype) {
+  return dtype == fa::DType::kF32   ? nb::dlpack::dtype{2, 32, 1}
+         : dtype == fa::DType::kF16 ? nb::dlpack::dtype{2, 16, 1}
+                                    : nb::dlpack::dtype{4, 16, 1};
+}
+
+// A dense C-order tensor in memory of our own (64-byte lines, as PyTorch's
+// CPU allocator aligns), with its shape, as either DLPack managed tensor:
+// the versioned one for the exchange table, the unversioned one for a
+// capsule.  Its deleter frees both.
+template <class Managed>
 struct OwnedTensor {
-  ManagedTensor managed;
+  Managed managed;
   std::int64_t shape[4];
 };
 
-void free_owned(ManagedTensor* mt) {
+template <class Managed>
+void free_owned(Managed* mt) {
   std::free(mt->tensor.data);
-  delete reinterpret_cast<OwnedTensor*>(mt);
+  delete reinterpret_cast<OwnedTensor<Managed>*>(mt);
 }
 
-nb::object allocate_torch(const std::int64_t* shape, int ndim, fa::DType dtype, void** data) {
+template <class Managed>
+OwnedTensor<Managed>* new_owned(const std::int64_t* shape, int ndim, fa::DType dtype) {
   std::size_t bytes = fa::dtype_size(dtype);
   for (int i = 0; i < ndim; ++i) bytes *= static_cast<std::size_t>(shape[i]);
-  // 64-byte lines, as PyTorch's own CPU allocator aligns.
   // (aligned_alloc wants a multiple of the alignment, and an empty output
   // still gets a line.)
   void* memory = std::aligned_alloc(64, std::max<std::size_t>(64, (bytes + 63) / 64 * 64));
   if (!memory) throw std::bad_alloc();
-  auto* owned = new (std::nothrow) OwnedTensor{};
+  auto* owned = new (std::nothrow) OwnedTensor<Managed>{};
   if (!owned) {
     std::free(memory);
     throw std::bad_alloc();
   }
-  std::memcpy(owned->shape, shape, sizeof(std::int64_t) * static_cast<std::size_t>(ndim));
+  std::copy(shape, shape + ndim, owned->shape);
   nb::dlpack::dltensor& t = owned->managed.tensor;
   t.data = memory;
   t.device = {1 /* kDLCPU */, 0};
   t.ndim = ndim;
-  t.dtype = dtype == fa::DType::kF32   ? nb::dlpack::dtype{2, 32, 1}
-            : dtype == fa::DType::kF16 ? nb::dlpack::dtype{2, 16, 1}
-                                       : nb::dlpack::dtype{4, 16, 1};
+  t.dtype = dl_dtype(dtype);
   t.shape = owned->shape;
   t.strides = nullptr;  // dense, C order
-  owned->managed.deleter = &free_owned;
+  owned->managed.deleter = &free_owned<Managed>;
+  return owned;
+}
+
+// An uninitialised tensor handed to PyTorch, which frees it with the
+// tensor: through the exchange table, one C call; otherwise a capsule and
+// a Python call to its DLPack import.
+nb::object allocate_torch(const std::int64_t* shape, int ndim, fa::DType dtype, void** data) {
+  if (const ExchangeApi* api = torch_path->exchange) {
+    auto* owned = new_owned<ManagedTensorVersioned>(shape, ndim, dtype);
+    owned->managed.version = {1, 0};
+    *data = owned->managed.tensor.data;
+    void* tensor = nullptr;
+    // The call takes ownership (DLPack: the tensor is stolen), success or not.
+    if (api->managed_tensor_to_py_object_no_sync(&owned->managed, &tensor) != 0 || !tensor) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "PyTorch could not take the output tensor");
+      throw nb::python_error();
+    }
+    return nb::steal(static_cast<PyObject*>(tensor));
+  }
+  auto* owned = new_owned<ManagedTensor>(shape, ndim, dtype);
   // A capsule nobody consumed frees the tensor itself.
   PyObject* capsule = PyCapsule_New(&owned->managed, "dltensor", [](PyObject* c) {
     // Renamed once consumed (the importer then owns the tensor); checked
@@ -227,7 +306,7 @@ nb::object allocate_torch(const std::int64_t* shape, int ndim, fa::DType dtype, 
   PyObject* tensor = PyObject_CallOneArg(torch_path->from_dlpack, capsule);
   Py_DECREF(capsule);
   if (!tensor) throw nb::python_error();
-  *data = memory;
+  *data = owned->managed.tensor.data;
   return nb::steal(tensor);
 }
 
@@ -427,6 +506,27 @@ nb::object attention_direct(nb::handle q, nb::handle k, nb::handle v, bool retur
   return result;
 }
 
+// The type's DLPack exchange table, or nullptr where it has none this file
+// can use (another major version, or an entry missing).
+const ExchangeApi* exchange_api(nb::handle type) {
+  PyObject* capsule = PyObject_GetAttrString(type.ptr(), "__dlpack_c_exchange_api__");
+  if (!capsule) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  const auto* api = PyCapsule_IsValid(capsule, "dlpack_exchange_api")
+                        ? static_cast<const ExchangeApi*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"))
+                        : nullptr;
+  // The table lives as long as the process (DLPack's rule for it), so the
+  // capsule need not be kept.
+  Py_DECREF(capsule);
+  if (!api || api->version.major != 1 || !api->managed_tensor_to_py_object_no_sync ||
+      !api->dltensor_from_py_object_no_sync) {
+    return nullptr;
+  }
+  return api;
+}
+
 }  // namespace
 
 void bind_direct_call(nb::module_& m) {
@@ -446,7 +546,7 @@ void bind_direct_call(nb::module_& m) {
         },
         "dtypes"_a, "Enables attention_direct on NumPy arrays of these dtypes (dtype -> 'fp32', 'fp16' or 'bf16').");
   m.def("set_torch_fast_path",
-        [](nb::handle tensor_type, nb::handle to_dlpack, nb::handle from_dlpack) {
+        [](nb::handle tensor_type, nb::handle to_dlpack, nb::handle from_dlpack, bool use_exchange) {
           if (!PyType_Check(tensor_type.ptr())) throw nb::type_error("set_torch_fast_path: torch.Tensor expected");
           auto* path = new TorchPath;
           path->tensor_type = reinterpret_cast<PyTypeObject*>(tensor_type.inc_ref().ptr());
@@ -461,10 +561,14 @@ void bind_direct_call(nb::module_& m) {
             if (PyErr_Occurred()) throw nb::python_error();
             throw nb::type_error("set_torch_fast_path: torch.Tensor.requires_grad is not a descriptor");
           }
+          if (use_exchange) path->exchange = exchange_api(tensor_type);
           torch_path = path;
         },
-        "tensor_type"_a, "to_dlpack"_a, "from_dlpack"_a,
-        "Enables attention_direct on plain CPU tensors (torch.Tensor and its DLPack converters).");
+        "tensor_type"_a, "to_dlpack"_a, "from_dlpack"_a, "use_exchange"_a = true,
+        "Enables attention_direct on plain CPU tensors (torch.Tensor and its DLPack converters; with "
+        "use_exchange, its DLPack C exchange table where the type has one).");
+  m.def("torch_fast_path_exchange", [] { return torch_path && torch_path->exchange; },
+        "Whether attention_direct reaches PyTorch through its DLPack C exchange table.");
   m.def("attention_direct", &attention_direct, "q"_a, "k"_a, "v"_a, "return_lse"_a, "out"_a.none(), "options"_a,
         "ops_transformer.attention's everyday call in one crossing, or None where the general path must take it.");
 }

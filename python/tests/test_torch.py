@@ -162,8 +162,21 @@ def test_training_example_matches_sdpa():
     assert np.allclose(ours, theirs, rtol=1e-4, atol=1e-5), (ours, theirs)
 
 
+@pytest.fixture(params=["exchange", "capsule"])
+def dlpack_route(request):
+    """The one-crossing call's two ways into PyTorch: DLPack's C exchange
+    table (PyTorch 2.10 and later) and to_dlpack with a capsule import."""
+    uses_table = torch_ops.enable_fast_path(use_exchange=request.param == "exchange")
+    try:
+        if request.param == "exchange" and not uses_table:
+            pytest.skip(f"PyTorch {torch.__version__} has no DLPack exchange table")
+        yield request.param
+    finally:
+        torch_ops.enable_fast_path()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_everyday_call_on_tensors_takes_one_crossing(dtype):
+def test_everyday_call_on_tensors_takes_one_crossing(dtype, dlpack_route):
     """Tensors that need no gradient run in one crossing (DLPack in and out),
     with the general path's bits; a tensor that needs one, and an out= on
     such a call, are the autograd operator's business."""
@@ -174,6 +187,16 @@ def test_everyday_call_on_tensors_takes_one_crossing(dtype):
     out, lse = _core.attention_direct(q, k, v, True, None, options)
     want, want_lse = Call(q, k, v, **options).forward(True)
     assert out.dtype == dtype and out.is_contiguous() and torch.equal(out, want) and torch.equal(lse, want_lse)
+    assert lse.dtype == torch.float32 and lse.shape == (2, 4, 19) and lse.is_contiguous()
+    # Views with a storage offset and strides, as the general path reads them.
+    wide = torch.randn(2, 4, 23, 40, dtype=dtype)
+    kv_view = wide[:, :, 2:, 8:]
+    got = _core.attention_direct(q, kv_view, kv_view, False, None, options)
+    assert got is not None and torch.equal(got, Call(q, kv_view, kv_view, **options).forward(False))
+    # What the library cannot read is declined, not crashed on.
+    for odd in (q.to("meta"), q.to_sparse(), q.to(torch.float64)):
+        assert _core.attention_direct(odd, k, v, False, None, options) is None
+    del got, out, lse  # outputs the library allocated are freed by PyTorch
     target = torch.empty_like(q)
     assert ot.attention(q, k, v, out=target, **options) is target and torch.equal(target, want)
     grad_q = q.clone().requires_grad_(True)
