@@ -55,6 +55,9 @@ class Array:
                 raise TypeError(f"{what}: expected an array or tensor, got {type(obj).__name__}")
             if not obj.is_cpu:
                 raise ValueError(f"{what}: tensor on {obj.device}, expected a CPU tensor")
+            if obj.layout is not torch.strided:  # sparse layouts have no strides to read
+                raise TypeError(f"{what}: a {obj.layout} tensor, expected a dense one (torch.strided; "
+                                f"call .to_dense())")
             if obj.is_neg():  # a negated view: DLPack would hand over its memory un-negated
                 obj = obj.resolve_neg()
             self.kind, self.obj = "torch", obj

@@ -151,6 +151,23 @@ def test_inference_features_on_tensors():
     assert close(out, ref, 1e-2)
 
 
+def test_tensors_the_library_cannot_read_raise_one_line():
+    """A tensor off the CPU, in a sparse layout or of a dtype the library
+    does not compute in is refused in one line naming the argument, on q
+    and on k, whichever path the call would take."""
+    q = torch.randn(1, 8, 2, 16)
+    for odd, error, words in ((q.to("meta"), ValueError, "tensor on meta, expected a CPU tensor"),
+                              (q.to_sparse(), TypeError, "torch.sparse_coo tensor, expected a dense one"),
+                              (q.double(), TypeError, "dtype torch.float64 is not supported")):
+        for position, name in ((0, "q"), (1, "k")):
+            args = [q, q, q]
+            args[position] = odd
+            with pytest.raises(error) as raised:
+                ot.attention(*args, causal=True)
+            message = str(raised.value)
+            assert message.startswith(f"{name}: ") and words in message and "\n" not in message, message
+
+
 def test_training_example_matches_sdpa():
     path = pathlib.Path(__file__).parents[1] / "examples" / "train_two_layer.py"
     spec = importlib.util.spec_from_file_location("train_two_layer", path)
