@@ -17,6 +17,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
+from . import _args
 from . import _arrays
 from . import _core
 
@@ -49,7 +50,12 @@ class Call:
                  seq_kv: Optional[int] = None, num_splits: int = 0, tile_q: int = 0, tile_kv: int = 0,
                  threads: int = 0, isa: Optional[str] = None, async_prefetch: Optional[bool] = None,
                  out_dtype: Optional[str] = None, copy: bool = False):
+        if not isinstance(layout, str):
+            raise TypeError(f"layout: expected a string ({', '.join(_arrays.LAYOUTS)}), got {type(layout).__name__}")
         layout = layout.upper()
+        num_heads, num_kv_heads = _args.optional_integer("num_heads", num_heads), \
+            _args.optional_integer("num_kv_heads", num_kv_heads)
+        seq_kv, out_dtype = _args.optional_integer("seq_kv", seq_kv), _args.dtype_name("out_dtype", out_dtype)
         if layout not in _arrays.LAYOUTS:
             raise ValueError(f"layout: '{layout}' (expected one of {', '.join(_arrays.LAYOUTS)})")
         if version not in (1, 2, 3):
@@ -92,19 +98,23 @@ class Call:
         p = _core.AttentionParams(len(self.arrays["cu_seqlens_q"]) - 1 if varlen else b, s_q, self.kv.shape[2], h,
                                   self.kv.shape[1], d)
         if block_table is not None:
+            block_size = _args.integer("block_size", block_size)
             if block_size <= 0:
                 raise ValueError("block_size: required with block_table (a power of two from 16 to 512)")
-            p.block_size = block_size
+            _args.set_field(p, "block_size", block_size)
+            if self.kv.shape[2] < block_size or self.kv.shape[2] % block_size:
+                raise ValueError(f"k: a block pool of {self.kv.shape[2]} tokens, expected whole blocks of "
+                                 f"block_size {block_size} ([num_blocks * block_size] tokens)")
             p.kv_num_blocks = self.kv.shape[2] // block_size
-            p.seq_kv = seq_kv if seq_kv is not None else self.arrays["block_table"].shape[1] * block_size
+            _args.set_field(p, "seq_kv", seq_kv if seq_kv is not None else self.arrays["block_table"].shape[1] * block_size)
         elif seq_kv is not None:
-            p.seq_kv = seq_kv
+            _args.set_field(p, "seq_kv", seq_kv)
         if scale is not None:
-            p.scale = scale
-        if causal:
+            p.scale = _args.number("scale", scale)
+        if _args.flag("causal", causal):
             p.causal = True
         if window is not None:
-            left, right = window
+            left, right = _args.window(window)
             if sparse_mode is not None:
                 raise ValueError("window: not combined with sparse_mode (it sets the band itself)")
             sparse_mode = "band"
@@ -117,24 +127,25 @@ class Call:
                 raise ValueError(f"sparse_mode: {sparse_mode!r} (expected one of {', '.join(SPARSE_MODES)} or 0-4)")
             p.sparse_mode = _core.SparseMode(mode)
         if pre_tokens is not None:
-            p.pre_tokens = pre_tokens
+            _args.set_field(p, "pre_tokens", pre_tokens)
         if next_tokens is not None:
-            p.next_tokens = next_tokens
+            _args.set_field(p, "next_tokens", next_tokens)
+        dropout_p, softcap = _args.number("dropout_p", dropout_p), _args.number("softcap", softcap)
         if dropout_p:
             if not 0.0 <= dropout_p < 1.0:
                 raise ValueError(f"dropout_p: {dropout_p} (expected 0 <= dropout_p < 1)")
             p.keep_prob = 1.0 - float(dropout_p)
-            p.dropout_seed = int(dropout_seed) & ((1 << 64) - 1)
+            p.dropout_seed = _args.integer("dropout_seed", dropout_seed) & ((1 << 64) - 1)
         if softcap:
             p.softcap = float(softcap)
         if num_splits:
-            p.num_splits = num_splits
+            _args.set_field(p, "num_splits", num_splits)
         if tile_q:
-            p.tile_q = tile_q
+            _args.set_field(p, "tile_q", tile_q)
         if tile_kv:
-            p.tile_kv = tile_kv
+            _args.set_field(p, "tile_kv", tile_kv)
         if threads:
-            p.threads = threads
+            _args.set_field(p, "threads", threads)
         if isa is not None:
             names = {"generic": _core.Isa.GENERIC, "avx2": _core.Isa.AVX2, "avx512": _core.Isa.AVX512,
                      "avx512bf16": _core.Isa.AVX512BF16, "amx": _core.Isa.AMX}
@@ -142,7 +153,7 @@ class Call:
                 raise ValueError(f"isa: '{isa}' (expected one of {', '.join(names)})")
             p.isa = names[isa]
         if async_prefetch is not None:
-            p.async_prefetch = async_prefetch
+            p.async_prefetch = _args.flag("async_prefetch", async_prefetch)
         # The layout tells whether a token's K/V heads lie side by side (the
         # forward reads it from K's strides; a plan made without them, here).
         if layout == "BNSD":
@@ -184,6 +195,8 @@ class Call:
             raise TypeError(f"out: dtype {array.dtype}, expected {self.out_dtype}")
         if array.shape != self.q.shape:
             raise ValueError(f"out: shape {array.shape}, expected q's {self.q.shape}")
+        if array.kind == "numpy" and not out.flags.writeable:
+            raise ValueError("out: a read-only array (expected one the call may write)")
         if self.q.kind == "torch" and out.requires_grad:
             raise TypeError("out: a tensor that requires grad (out= is not differentiable)")
         return array.obj

@@ -13,6 +13,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from . import _args
 from . import _arrays
 from . import _core
 
@@ -47,6 +48,9 @@ def _param(x: Any, what: str) -> Tuple[Any, Optional[str]]:
 def _norm(kind: str, x: Any, weight: Any, bias: Any, eps: Optional[float], residual: Any, return_stats: bool,
           out_dtype: Optional[str], threads: int, isa: Optional[str]) -> Any:
     xa = _arrays.Array(x, "x")
+    eps = None if eps is None else _args.number("eps", eps)
+    threads, out_dtype = _args.integer("threads", threads), _args.dtype_name("out_dtype", out_dtype)
+    return_stats = _args.flag("return_stats", return_stats)
     w, w_dtype = _param(weight, "weight")
     b, b_dtype = _param(bias, "bias")
     if w_dtype and b_dtype and w_dtype != b_dtype:
@@ -117,6 +121,18 @@ _ROPE_DEFAULTS = dict(mode="rotate_half", rotary_dim=0, base=10000.0, scaling="n
                       low_freq_factor=1.0, high_freq_factor=4.0, original_max_position=8192.0)
 
 
+def _rope_options(options: dict) -> dict:
+    """The rotation's keywords over their defaults, their types checked."""
+    unknown = set(options) - set(_ROPE_DEFAULTS)
+    if unknown:
+        raise TypeError(f"rope: unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+    opts = dict(_ROPE_DEFAULTS, **options)
+    for name in ("base", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"):
+        opts[name] = _args.number(name, opts[name])
+    opts["rotary_dim"] = _args.integer("rotary_dim", opts["rotary_dim"])
+    return opts
+
+
 def _rope_views(q: Any, k: Any, layout: str, num_heads: Optional[int], num_kv_heads: Optional[int]):
     qa = None if q is None else _arrays.Array(q, "q")
     ka = None if k is None else _arrays.Array(k, "k")
@@ -125,6 +141,8 @@ def _rope_views(q: Any, k: Any, layout: str, num_heads: Optional[int], num_kv_he
     if qa is not None and ka is not None and qa.dtype != ka.dtype:
         raise TypeError(f"q and k: dtypes {qa.dtype} and {ka.dtype} differ")
     dtype = (qa or ka).dtype
+    if not isinstance(layout, str):
+        raise TypeError(f"layout: expected a string ({', '.join(_arrays.LAYOUTS)}), got {type(layout).__name__}")
     layout = layout.upper()
     qv = None if qa is None else _arrays.logical_view(qa.obj, layout, num_heads, "q")
     kv = None if ka is None else _arrays.logical_view(ka.obj, layout, num_kv_heads or num_heads, "k")
@@ -152,13 +170,15 @@ def rope(q: Any = None, k: Any = None, *, layout: str = "BSND", positions: Any =
     tables ([positions, rotary_dim / 2]).  positions: int64 per token
     ([batch, seq], TND [tokens]) for a KV-cache step.  Returns (q, k)
     rotated: new arrays, or with inplace=True the inputs themselves."""
-    unknown = set(options) - set(_ROPE_DEFAULTS)
-    if unknown:
-        raise TypeError(f"rope: unexpected keyword argument(s): {', '.join(sorted(unknown))}")
-    opts = dict(_ROPE_DEFAULTS, **options)
+    opts = _rope_options(options)
+    threads, out_dtype = _args.integer("threads", threads), _args.dtype_name("out_dtype", out_dtype)
+    inplace = _args.flag("inplace", inplace)
     qa, ka, qv, kv, dtype, layout = _rope_views(q, k, layout, num_heads, num_kv_heads)
     if inplace and out_dtype not in (None, dtype):
         raise ValueError("out_dtype: an in-place rotation keeps the inputs' dtype")
+    for array in (qa, ka):
+        if inplace and array is not None and isinstance(array.obj, np.ndarray) and not array.obj.flags.writeable:
+            raise ValueError(f"{array.what}: a read-only array cannot be rotated in place (inplace=False returns new ones)")
     out_dtype = out_dtype or dtype
     q_out = k_out = None
     if not inplace:
@@ -183,7 +203,7 @@ def rope_reference(q: Any = None, k: Any = None, *, layout: str = "BSND", positi
                    sin: Any = None, cu_seqlens: Any = None, num_heads: Optional[int] = None,
                    num_kv_heads: Optional[int] = None, **options: Any) -> Tuple[Any, Any]:
     """The float64 reference of rope, (q, k) in the inputs' layout."""
-    opts = dict(_ROPE_DEFAULTS, **options)
+    opts = _rope_options(options)
     qa, ka, qv, kv, dtype, layout = _rope_views(q, k, layout, num_heads, num_kv_heads)
     positions, cos, sin, cu_seqlens = _rope_aux(positions, cos, sin, cu_seqlens)
     qr, kr = _core.rope_reference(None if qv is None else _arrays.raw(qv, dtype),
@@ -219,6 +239,7 @@ def glu(x: Any, kind: str = "swiglu", *, split: str = "gate_first", out_dtype: O
     form) or "reglu" (ReLU); split "gate_first" (x = [gate, up], Hugging
     Face's fused gate_up projection) or "up_first"."""
     xa = _arrays.Array(x, "x")
+    threads, out_dtype = _args.integer("threads", threads), _args.dtype_name("out_dtype", out_dtype)
     if xa.shape[-1] % 2:
         raise ValueError(f"x: last dimension {xa.shape[-1]} is odd (expected [..., 2d])")
     out_dtype = out_dtype or xa.dtype

@@ -483,7 +483,9 @@ nb::object attention_direct(nb::handle q, nb::handle k, nb::handle v, bool retur
   Raw ro = rq;
   nb::object result;
   if (!out.is_none()) {
-    if (Py_TYPE(out.ptr()) != type || !read(out.ptr(), &ro) || ro.dtype != rq.dtype || ro.ndim != rq.ndim ||
+    // (A read-only NumPy array is the general path's to refuse.)
+    const bool writable = !numpy || PyArray_ISWRITEABLE(reinterpret_cast<PyArrayObject*>(out.ptr()));
+    if (Py_TYPE(out.ptr()) != type || !writable || !read(out.ptr(), &ro) || ro.dtype != rq.dtype || ro.ndim != rq.ndim ||
         !std::equal(ro.shape, ro.shape + ro.ndim, rq.shape) || !logical(ro, o.layout, o.num_heads, &t.o)) {
       return nb::none();
     }

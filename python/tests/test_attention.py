@@ -168,6 +168,20 @@ def test_bad_arguments_raise_one_line(rng):
         (dict(q=q.astype(np.float64)), TypeError, "float64"),
         (dict(isa="sse9"), ValueError, "isa"),
         (dict(version=1, sinks=np.ones(2, np.float32)), ValueError, "sink"),
+        # Keywords of the wrong type name themselves (not the binding's
+        # list of signatures), and nothing truthy passes for a flag.
+        (dict(causal="yes"), TypeError, "^causal: expected True or False"),
+        (dict(scale="x"), TypeError, "^scale: expected a number"),
+        (dict(threads=2.5), TypeError, "^threads: expected an integer"),
+        (dict(tile_q=1 << 40), ValueError, "^tile_q: 1099511627776 is out of range"),
+        (dict(window=(1,)), TypeError, "^window: expected \\(left, right\\)"),
+        (dict(window=("a", 0)), TypeError, "^window: expected \\(left, right\\) of integers"),
+        (dict(seq_kv="8"), TypeError, "^seq_kv: expected an integer"),
+        (dict(async_prefetch=1), TypeError, "^async_prefetch: expected True or False"),
+        (dict(out_dtype="fp64"), ValueError, "^out_dtype: 'fp64'"),
+        (dict(layout=1), TypeError, "^layout: expected a string"),
+        (dict(dropout_p=0.1, dropout_seed="a"), TypeError, "^dropout_seed: expected an integer"),
+        (dict(block_table=np.zeros((1, 1), np.int32), block_size=16), ValueError, "^k: a block pool of 8 tokens"),
     ]
     for change, error, pattern in cases:
         args = dict(q=q, k=q, v=q)
@@ -300,6 +314,14 @@ def test_everyday_call_leaves_the_rest_to_the_general_path(rng):
         ot.attention(q, q, q, out=np.empty((1, 12, 2, 16), np.float32))
     with pytest.raises(TypeError, match="out: dtype"):
         ot.attention(q, q, q, out=np.empty_like(q, np.float16))
+    # A read-only out= is declined by the one-crossing call and refused by
+    # the general path, unwritten.
+    frozen = np.zeros_like(q)
+    frozen.setflags(write=False)
+    assert _core.attention_direct(q, q, q, False, frozen, {}) is None
+    with pytest.raises(ValueError, match="^out: a read-only array"):
+        ot.attention(q, q, q, out=frozen)
+    assert not frozen.any()
     # An out= whose rows are strided (its head_dim contiguous) is written in place.
     wide = np.zeros((1, 12, 2, 64), np.float32)
     ot.attention(q, q, q, out=wide[..., 16:48])

@@ -89,6 +89,24 @@ def test_bad_arguments(rng):
         ot.rope(x.reshape(1, 4, 1, 32), mode="sideways")
     with pytest.raises(ValueError, match="without a copy"):
         ot.layer_norm(randn(rng, (4, 6, 32)).swapaxes(0, 1))
+    # Keywords of the wrong type name themselves in one line.
+    head = x.reshape(1, 4, 1, 32)
+    for call, error, pattern in ((lambda: ot.layer_norm(x, eps="x"), TypeError, "^eps: expected a number"),
+                                 (lambda: ot.rms_norm(x, threads="2"), TypeError, "^threads: expected an integer"),
+                                 (lambda: ot.rms_norm(x, out_dtype="fp64"), ValueError, "^out_dtype: 'fp64'"),
+                                 (lambda: ot.glu(x, threads=1.0), TypeError, "^threads: expected an integer"),
+                                 (lambda: ot.rope(head, base="x"), TypeError, "^base: expected a number"),
+                                 (lambda: ot.rope(head, rotary_dim="a"), TypeError, "^rotary_dim: expected an integer"),
+                                 (lambda: ot.rope(head, layout=0), TypeError, "^layout: expected a string")):
+        with pytest.raises(error, match=pattern) as info:
+            call()
+        assert "\n" not in str(info.value)
+    # An in-place rotation of a read-only array is refused, the array unwritten.
+    frozen = head.copy()
+    frozen.setflags(write=False)
+    with pytest.raises(ValueError, match="^q: a read-only array cannot be rotated in place"):
+        ot.rope(frozen, inplace=True)
+    assert np.array_equal(frozen, head)
 
 
 def test_operators_on_torch_tensors_match_pytorch():
