@@ -306,8 +306,8 @@ def attention(q: Any, k: Any, v: Any, *, return_lse: bool = False, out: Any = No
             if result is not None:
                 return result
         if _arrays.is_torch(q) and torch_ops.wants_autograd_op(q, k, v, options):
-            return torch_ops.attention_into(q, k, v, return_lse, out, options)
-    return Call(q, k, v, **options).forward(return_lse, out)
+            return torch_ops.attention_into(q, k, v, _args.flag("return_lse", return_lse), out, options)
+    return Call(q, k, v, **options).forward(_args.flag("return_lse", return_lse), out)
 
 
 def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, grad_dtype: Optional[str] = None,
@@ -319,6 +319,7 @@ def attention_backward(dout: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *,
     no bias or sinks).  Deterministic: the same bits on every run and thread
     count."""
     call = Call(q, k, v, **options)
+    return_aux_grads = _args.flag("return_aux_grads", return_aux_grads)
     return call.backward(dout, out, lse, grad_dtype, return_aux_grads, return_aux_grads)
 
 
@@ -326,6 +327,7 @@ def reference_forward(q: Any, k: Any, v: Any, *, return_lse: bool = False, **opt
     """The float64 reference of `attention` (a whole score row at a time),
     as float64 arrays in Q's layout and framework."""
     call = Call(q, k, v, **options)
+    return_lse = _args.flag("return_lse", return_lse)
     out, lse = _core.reference_forward(call.params, _arrays.raw(call.qv, call.q.dtype),
                                        _arrays.raw(call.kv, call.k.dtype), _arrays.raw(call.vv, call.v.dtype),
                                        call.arrays, call.q.dtype, call.k.dtype)

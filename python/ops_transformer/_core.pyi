@@ -262,7 +262,7 @@ def torch_fast_path_exchange() -> bool:
     Whether attention_direct reaches PyTorch through its DLPack C exchange table.
     """
 
-def attention_direct(q: object, k: object, v: object, return_lse: bool, out: object | None, options: dict) -> object:
+def attention_direct(q: object, k: object, v: object, return_lse: object, out: object | None, options: dict) -> object:
     """
     ops_transformer.attention's everyday call in one crossing, or None where the general path must take it.
     """

@@ -14,19 +14,26 @@ from __future__ import annotations
 import random
 from typing import Any, Optional, Tuple
 
+from . import _args
 from ._attention import attention
 
 
 def _seed(dropout_p: float, generator: Any = None) -> int:
     """A fresh dropout seed (drawn from torch's generator when torch is in
     use, so torch.manual_seed makes runs repeatable)."""
-    if dropout_p <= 0.0:
+    if _args.number("dropout_p", dropout_p) <= 0.0:
         return 0
     try:
         import torch
         return int(torch.randint(0, 2**62, (1,), generator=generator).item())
     except ImportError:
         return random.getrandbits(62)
+
+
+def _window(window_size: Any) -> Optional[Tuple[Any, Any]]:
+    """flash-attn's window_size, (-1, -1) for none."""
+    window = _args.window(window_size)
+    return None if window == (-1, -1) else window
 
 
 def flash_attn_func(q: Any, k: Any, v: Any, dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
@@ -37,7 +44,7 @@ def flash_attn_func(q: Any, k: Any, v: Any, dropout_p: float = 0.0, softmax_scal
     return_attn_probs=True (out, softmax_lse, None): the probabilities
     themselves are never formed.  `deterministic` is accepted for
     compatibility: the backward pass is always deterministic here."""
-    window = None if tuple(window_size) == (-1, -1) else tuple(window_size)
+    window = _window(window_size)
     result = attention(q, k, v, layout="BSND", causal=causal, scale=softmax_scale, window=window, softcap=softcap,
                        alibi_slopes=alibi_slopes, dropout_p=dropout_p, dropout_seed=_seed(dropout_p),
                        return_lse=return_attn_probs)
@@ -53,7 +60,7 @@ def flash_attn_varlen_func(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens
     v [total_k, kv_heads, head_dim], sequences packed without padding and
     delimited by cu_seqlens (int32 [batch + 1]).  max_seqlen_q / max_seqlen_k
     are accepted for compatibility (the library reads the lengths)."""
-    window = None if tuple(window_size) == (-1, -1) else tuple(window_size)
+    window = _window(window_size)
     result = attention(q, k, v, layout="TND", cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_k,
                        causal=causal, scale=softmax_scale, window=window, softcap=softcap,
                        alibi_slopes=alibi_slopes, dropout_p=dropout_p, dropout_seed=_seed(dropout_p),
@@ -68,6 +75,7 @@ def scaled_dot_product_attention(query: Any, key: Any, value: Any, attn_mask: An
     head_dim].  attn_mask: boolean (True = may attend) or float (added to the
     scores), shaped [seq_q, seq_kv] or broadcast from it over batch and heads
     (a float mask may also differ per head: [1, heads, seq_q, seq_kv])."""
+    is_causal, enable_gqa = _args.flag("is_causal", is_causal), _args.flag("enable_gqa", enable_gqa)
     heads, kv_heads = query.shape[-3], key.shape[-3]
     if heads != kv_heads and not enable_gqa:
         raise ValueError(f"key: {kv_heads} heads where query has {heads} (pass enable_gqa=True for GQA)")

@@ -440,8 +440,10 @@ bool read_options(PyObject* options, Options* o) {
 
 bool computes_in(fa::DType d) { return d == fa::DType::kF32 || d == fa::DType::kF16 || d == fa::DType::kBF16; }
 
-nb::object attention_direct(nb::handle q, nb::handle k, nb::handle v, bool return_lse, nb::handle out,
+nb::object attention_direct(nb::handle q, nb::handle k, nb::handle v, nb::handle return_lse_flag, nb::handle out,
                             const nb::dict& options) {
+  if (!PyBool_Check(return_lse_flag.ptr())) return nb::none();  // the general path names a wrong type
+  const bool return_lse = return_lse_flag.ptr() == Py_True;
   PyTypeObject* type = Py_TYPE(q.ptr());
   const bool numpy = numpy_path && type == &PyArray_Type;
   const bool torch = !numpy && torch_path && type == torch_path->tensor_type;

@@ -182,6 +182,7 @@ def test_bad_arguments_raise_one_line(rng):
         (dict(layout=1), TypeError, "^layout: expected a string"),
         (dict(dropout_p=0.1, dropout_seed="a"), TypeError, "^dropout_seed: expected an integer"),
         (dict(block_table=np.zeros((1, 1), np.int32), block_size=16), ValueError, "^k: a block pool of 8 tokens"),
+        (dict(return_lse="x"), TypeError, "^return_lse: expected True or False"),
     ]
     for change, error, pattern in cases:
         args = dict(q=q, k=q, v=q)
@@ -194,6 +195,18 @@ def test_bad_arguments_raise_one_line(rng):
         assert "\n" not in str(info.value)
     with pytest.raises(ValueError, match="no backward"):
         ot.attention_backward(q, q, q, q, q, np.zeros((1, 2, 8), np.float32), version=3)
+    # The drop-in signatures hold their keywords to the same line.
+    from ops_transformer import compat
+    bnsd = q.swapaxes(1, 2)
+    for call, pattern in ((lambda: compat.flash_attn_func(q, q, q, window_size=5), "^window: expected \\(left, right\\)"),
+                          (lambda: compat.flash_attn_func(q, q, q, dropout_p="0.1"), "^dropout_p: expected a number"),
+                          (lambda: compat.scaled_dot_product_attention(bnsd, bnsd, bnsd, is_causal=1),
+                           "^is_causal: expected True or False"),
+                          (lambda: ot.attention_backward(q, q, q, q, q, np.zeros((1, 2, 8), np.float32),
+                                                         return_aux_grads="yes"), "^return_aux_grads: expected")):
+        with pytest.raises(TypeError, match=pattern) as info:
+            call()
+        assert "\n" not in str(info.value)
 
 
 def test_calls_release_the_gil(rng):
