@@ -42,7 +42,7 @@ def enable_fast_path(use_exchange: bool = True) -> bool:
     """Plain CPU tensors that need no gradient go to the library in one
     crossing (_core.attention_direct) when torch.compile is not tracing the
     call.  The extension reads and makes tensors through DLPack's C exchange
-    table where this PyTorch has one (2.10 and later; use_exchange=False
+    table where this PyTorch has one (recent releases; use_exchange=False
     takes the older route, which the tests also run), otherwise through
     to_dlpack and a capsule import.  Returns whether the table is used.
     (torch._C._from_dlpack is what torch.utils.dlpack.from_dlpack calls on a

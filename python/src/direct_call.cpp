@@ -59,9 +59,9 @@ struct ManagedTensor {
   void (*deleter)(ManagedTensor*);
 };
 
-// DLPack's C exchange table (DLPack 1.2 and later: the type attribute
-// __dlpack_c_exchange_api__, a capsule named "dlpack_exchange_api"; PyTorch
-// 2.10 and later).  Its entries reach the framework's tensors as C calls:
+// DLPack's C exchange table (DLPack 1.3: the type attribute
+// __dlpack_c_exchange_api__, a capsule named "dlpack_exchange_api", which
+// recent PyTorch publishes; 2.15 does).  Its entries reach the framework's tensors as C calls:
 // no Python frame, no argument parsing, no capsule, no allocation to read a
 // tensor.  Declared here from the DLPack header's ABI, which is stable
 // within a major version.

@@ -182,7 +182,7 @@ def test_training_example_matches_sdpa():
 @pytest.fixture(params=["exchange", "capsule"])
 def dlpack_route(request):
     """The one-crossing call's two ways into PyTorch: DLPack's C exchange
-    table (PyTorch 2.10 and later) and to_dlpack with a capsule import."""
+    table (recent PyTorch) and to_dlpack with a capsule import."""
     uses_table = torch_ops.enable_fast_path(use_exchange=request.param == "exchange")
     try:
         if request.param == "exchange" and not uses_table:
