@@ -134,10 +134,10 @@ class Call:
         if dropout_p:
             if not 0.0 <= dropout_p < 1.0:
                 raise ValueError(f"dropout_p: {dropout_p} (expected 0 <= dropout_p < 1)")
-            p.keep_prob = 1.0 - float(dropout_p)
+            p.keep_prob = 1.0 - dropout_p
             p.dropout_seed = _args.integer("dropout_seed", dropout_seed) & ((1 << 64) - 1)
         if softcap:
-            p.softcap = float(softcap)
+            p.softcap = softcap
         if num_splits:
             _args.set_field(p, "num_splits", num_splits)
         if tile_q:

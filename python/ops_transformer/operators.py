@@ -189,9 +189,9 @@ def rope(q: Any = None, k: Any = None, *, layout: str = "BSND", positions: Any =
     _core.rope(None if qv is None else _arrays.raw(qv, dtype), None if kv is None else _arrays.raw(kv, dtype),
                None if q_out is None else _arrays.raw(_arrays.logical_view(q_out, layout, num_heads, "q_out"), out_dtype),
                None if k_out is None else _arrays.raw(_arrays.logical_view(k_out, layout, heads_k, "k_out"), out_dtype),
-               dtype, out_dtype, opts["mode"], int(opts["rotary_dim"]), float(opts["base"]), opts["scaling"],
-               float(opts["factor"]), float(opts["low_freq_factor"]), float(opts["high_freq_factor"]),
-               float(opts["original_max_position"]), positions, cos, sin, cu_seqlens, threads, isa)
+               dtype, out_dtype, opts["mode"], opts["rotary_dim"], opts["base"], opts["scaling"],
+               opts["factor"], opts["low_freq_factor"], opts["high_freq_factor"],
+               opts["original_max_position"], positions, cos, sin, cu_seqlens, threads, isa)
     if inplace:
         return (q, k)
     template = qa or ka
@@ -208,9 +208,9 @@ def rope_reference(q: Any = None, k: Any = None, *, layout: str = "BSND", positi
     positions, cos, sin, cu_seqlens = _rope_aux(positions, cos, sin, cu_seqlens)
     qr, kr = _core.rope_reference(None if qv is None else _arrays.raw(qv, dtype),
                                   None if kv is None else _arrays.raw(kv, dtype), dtype, opts["mode"],
-                                  int(opts["rotary_dim"]), float(opts["base"]), opts["scaling"], float(opts["factor"]),
-                                  float(opts["low_freq_factor"]), float(opts["high_freq_factor"]),
-                                  float(opts["original_max_position"]), positions, cos, sin, cu_seqlens)
+                                  opts["rotary_dim"], opts["base"], opts["scaling"], opts["factor"],
+                                  opts["low_freq_factor"], opts["high_freq_factor"],
+                                  opts["original_max_position"], positions, cos, sin, cu_seqlens)
 
     def back(ref: Any, template: Any) -> Any:
         if ref is None:
