@@ -31,7 +31,11 @@ function(add_elementwise_operator)
   )
   foreach(path IN LISTS paths)
     target_sources(${OP_NAME} PRIVATE kernels/${OP_KERNEL}_${path}.cpp)
-    set_source_files_properties(kernels/${OP_KERNEL}_${path}.cpp PROPERTIES COMPILE_OPTIONS "${FA_ISA_FLAGS_${path}}")
+    # -ffp-contract=off: a multiply and an add stay two roundings unless the
+    # code asks for an FMA (Vec::fmadd), so one expression gives the same
+    # bits wherever the compiler inlines it (the fused norm's outputs equal
+    # the add's then the norm's, bit for bit, tests/unit/layer_norm_unit_test).
+    set_source_files_properties(kernels/${OP_KERNEL}_${path}.cpp PROPERTIES COMPILE_OPTIONS "${FA_ISA_FLAGS_${path}};-ffp-contract=off")
     string(TOUPPER ${path} upper)
     target_compile_definitions(${OP_NAME} PRIVATE ${OP_PREFIX}_BUILD_${upper}=1)
   endforeach()

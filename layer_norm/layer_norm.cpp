@@ -144,7 +144,7 @@ namespace {
 
 // The job's rows on the library's pool: items of whole rows, about 64 KiB
 // of x each (at least one row), so the pool's counter hands out enough of
-// them to balance; each thread's scratch a row of fp32.
+// them to balance; each thread's scratch kNormScratchRows rows of fp32.
 Status run_rows(const detail::NormJob& job, int threads_asked,
                 void (*kernel)(const detail::NormJob&, std::int64_t, std::int64_t, float*)) {
   const std::int64_t n = job.hidden;
@@ -160,11 +160,12 @@ Status run_rows(const detail::NormJob& job, int threads_asked,
                                                (job.rows + 4 * threads - 1) / (4 * threads)});
   const std::int64_t items = (job.rows + rows_per_item - 1) / rows_per_item;
   const int used = static_cast<int>(std::min<std::int64_t>(threads, items));
-  std::unique_ptr<float[]> scratch(new (std::nothrow) float[static_cast<std::size_t>(used) * n]);
-  if (!scratch) return Status::OutOfMemory("norm: could not allocate " + std::to_string(used * n * 4) + " bytes of scratch");
+  const std::int64_t per_worker = detail::kNormScratchRows * n;
+  std::unique_ptr<float[]> scratch(new (std::nothrow) float[static_cast<std::size_t>(used * per_worker)]);
+  if (!scratch) return Status::OutOfMemory("norm: could not allocate " + std::to_string(used * per_worker * 4) + " bytes of scratch");
   detail::ThreadPool::global().parallel_for(items, used, [&](std::int64_t item, int worker) {
     const std::int64_t r0 = item * rows_per_item, r1 = std::min(job.rows, r0 + rows_per_item);
-    kernel(job, r0, r1, scratch.get() + static_cast<std::size_t>(worker) * n);
+    kernel(job, r0, r1, scratch.get() + static_cast<std::size_t>(worker * per_worker));
   });
   return Status::Ok();
 }

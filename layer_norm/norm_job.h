@@ -37,9 +37,14 @@ struct NormJob {
 // Bytes of an fp32, fp16 or bf16 element.
 inline std::size_t norm_elem_bytes(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 
+// Rows of `hidden` floats in each thread's scratch: the row itself (widened
+// to fp32, or kept in x's dtype), then gamma and beta in another order for
+// the paths that read bf16 rows as even and odd values (norm_kernels.h).
+inline constexpr std::int64_t kNormScratchRows = 3;
+
 // One path's kernels, rows [r0, r1) of the job: the norm (`row` a scratch
-// of `hidden` floats, the row widened to fp32 and normalized in place), and
-// the residual add alone (sum = x + residual; `row` unused).
+// of kNormScratchRows x `hidden` floats), and the residual add alone (sum =
+// x + residual; `row` unused).
 struct NormKernelTable {
   void (*run_rows)(const NormJob& job, std::int64_t r0, std::int64_t r1, float* row);
   void (*add_rows)(const NormJob& job, std::int64_t r0, std::int64_t r1, float* row);

@@ -56,14 +56,24 @@ inline __m128i f32x8_to_bf16(__m256 v) {
   const __m256i packed = _mm256_packus_epi32(bits, bits);  // within lanes: 0-3 4-7 of each half
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
 }
+// The same for lanes the caller knows are not NaN (infinities round to
+// themselves): half the operations, where a row's outputs are known to be
+// NaN-free from its sums (the norms).
+inline __m256i bf16_rounded_high_not_nan(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  return _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+}
 // Two vectors of the even- and odd-indexed values of 16 consecutive bf16
 // elements (Vec::bf16_even / bf16_odd of one load), rounded as store_vec
 // rounds them and put back side by side as one 32-byte store: the even
 // lanes' rounded bits shifted down, the odd ones' left in place, and no
-// pack or permute is needed.
+// pack or permute is needed.  kNotNaN: no lane is NaN (the caller's word).
+template <bool kNotNaN = false>
 inline void store_bf16_split(void* p, std::int64_t i, __m256 even, __m256 odd, bool stream) {
-  const __m256i pairs = _mm256_or_si256(_mm256_srli_epi32(bf16_rounded_high(even), 16),
-                                        _mm256_and_si256(bf16_rounded_high(odd), _mm256_set1_epi32(-65536)));
+  const __m256i e = kNotNaN ? bf16_rounded_high_not_nan(even) : bf16_rounded_high(even);
+  const __m256i o = kNotNaN ? bf16_rounded_high_not_nan(odd) : bf16_rounded_high(odd);
+  const __m256i pairs = _mm256_or_si256(_mm256_srli_epi32(e, 16), _mm256_and_si256(o, _mm256_set1_epi32(-65536)));
   auto* out = reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(p) + i);
   if (stream) _mm256_stream_si256(out, pairs); else _mm256_storeu_si256(out, pairs);
 }

@@ -165,6 +165,41 @@ TEST_P(NormPaths, NanRowsStridesInPlaceAndThreads) {
   }
 }
 
+// A non-finite gamma in a finite row: NaN where the product is NaN (gamma
+// NaN, or infinite against RMSNorm's x of 0) and infinite where it is,
+// every other output finite.  The NaN carries the payload of all ones, which a rounding
+// that skipped its NaN test would carry into the sign bit (0x7fffffff +
+// 0x8000) and store as -0 in bf16: the kernels may skip that test only for
+// rows whose outputs cannot be NaN.  Elements 5 and 9 lie in the vector
+// blocks, 37 in the tail.
+TEST_P(NormPaths, NonFiniteGammaGivesNaNAndInfinityWhereTheProductDoes) {
+  NormCase c = base(3, 40);
+  fa::cli::NormBuffers b = fa::cli::make_norm_buffers(c);
+  float* gamma = static_cast<float*>(b.gamma.data());
+  const std::uint32_t ones = 0x7fffffffu;
+  std::memcpy(&gamma[5], &ones, sizeof ones);
+  std::memcpy(&gamma[37], &ones, sizeof ones);
+  gamma[9] = std::numeric_limits<float>::infinity();
+  fa::detail::store_from_f32(b.x.data(), dtype(), 9, 0.0f);  // row 0: 0 * inf
+  for (std::int64_t r = 1; r < 3; ++r) fa::detail::store_from_f32(b.x.data(), dtype(), r * 40 + 9, r == 1 ? 2.0f : -2.0f);
+  ASSERT_TRUE(fa::norm_forward(fa::cli::norm_params(c), b.tensors).ok());
+  for (std::int64_t r = 0; r < 3; ++r) {
+    for (std::int64_t i = 0; i < 40; ++i) {
+      const float y = fa::detail::load_as_f32(b.y.data(), dtype(), r * 40 + i);
+      const bool zero_times_inf = i == 9 && r == 0 && kind() == NormKind::kRmsNorm;  // LayerNorm: (0 - mean) * inf
+      if (i == 5 || i == 37 || zero_times_inf) {
+        EXPECT_TRUE(std::isnan(y)) << "row " << r << ", element " << i << ": " << y;
+      } else if (i == 9 && r == 0) {
+        EXPECT_TRUE(std::isinf(y)) << "row 0, element 9: " << y;
+      } else if (i == 9) {
+        EXPECT_TRUE(std::isinf(y) && (y > 0) == (r == 1)) << "row " << r << ", element 9: " << y;
+      } else {
+        EXPECT_TRUE(std::isfinite(y)) << "row " << r << ", element " << i << ": " << y;
+      }
+    }
+  }
+}
+
 // y written over the row it normalizes in another dtype (one row, so the
 // row is all there is): the kernel reads x (or the fused call's sum) again
 // after writing y only where y cannot have overwritten it, and otherwise
