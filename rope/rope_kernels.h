@@ -175,14 +175,81 @@ inline typename Vec::T swap_pairs(typename Vec::T v) {
 #endif
 }
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+// bf16 in and out on AVX2 (Vec::kSplitBf16): each 2W elements loaded as W
+// 32-bit pairs and widened as their even and odd values, and stored back as
+// one pair vector (store_bf16_split: no widening load, pack or permute).
+// The chunk's cos and sin rows are put in the same order first
+// (split_rows), so each lane meets its own factors: rotate-half pairs a
+// block with the block half a row on (the same lanes), interleaved pairs
+// each even value with the odd one beside it (the other vector).  The same
+// arithmetic for each element as the plain loop, so the same bits.  Where
+// it applies: split_rope_rows.
+inline bool split_rope_rows(const detail::RopeJob& job) {
+  constexpr std::int64_t kBlock = 2 * Vec::W;
+  return job.mode == RopeMode::kRotateHalf ? (job.rotary_dim / 2) % kBlock == 0 : job.rotary_dim % kBlock == 0;
+}
+// The rows [n x rotary_dim] reordered within each block of 2W: the even
+// entries, then the odd ones.
+inline void split_rows(float* rows, std::int64_t n) {
+  constexpr int W = Vec::W;
+  for (std::int64_t i = 0; i + 2 * W <= n; i += 2 * W) {
+    float even[W], odd[W];
+    for (int k = 0; k < W; ++k) {
+      even[k] = rows[i + 2 * k];
+      odd[k] = rows[i + 2 * k + 1];
+    }
+    for (int k = 0; k < W; ++k) {
+      rows[i + k] = even[k];
+      rows[i + W + k] = odd[k];
+    }
+  }
+}
+inline void rotate_vector_split(const detail::RopeJob& job, const std::uint16_t* in, void* out, bool in_place, bool stream,
+                                const float* c_row, const float* s_row) {
+  constexpr int W = Vec::W;
+  const std::int64_t rd = job.rotary_dim, half = rd / 2;
+  using T = typename Vec::T;
+  if (job.mode == RopeMode::kRotateHalf) {
+    for (std::int64_t i = 0; i < half; i += 2 * W) {
+      const T pa = Vec::load_pairs(in + i), pb = Vec::load_pairs(in + i + half);
+      const T ae = Vec::bf16_even(pa), ao = Vec::bf16_odd(pa), be = Vec::bf16_even(pb), bo = Vec::bf16_odd(pb);
+      const std::int64_t j = i + half;
+      store_bf16_split(out, i, Vec::fmadd(be, Vec::load(s_row + i), Vec::mul(ae, Vec::load(c_row + i))),
+                       Vec::fmadd(bo, Vec::load(s_row + i + W), Vec::mul(ao, Vec::load(c_row + i + W))), stream);
+      store_bf16_split(out, j, Vec::fmadd(ae, Vec::load(s_row + j), Vec::mul(be, Vec::load(c_row + j))),
+                       Vec::fmadd(ao, Vec::load(s_row + j + W), Vec::mul(bo, Vec::load(c_row + j + W))), stream);
+    }
+  } else {
+    for (std::int64_t j = 0; j < rd; j += 2 * W) {
+      const T p = Vec::load_pairs(in + j);
+      const T e = Vec::bf16_even(p), o = Vec::bf16_odd(p);
+      store_bf16_split(out, j, Vec::fmadd(o, Vec::load(s_row + j), Vec::mul(e, Vec::load(c_row + j))),
+                       Vec::fmadd(e, Vec::load(s_row + j + W), Vec::mul(o, Vec::load(c_row + j + W))), stream);
+    }
+  }
+  if (in_place) return;
+  std::int64_t j = rd;
+  for (; j + W <= job.head_dim; j += W) store_vec<DType::kBF16>(out, j, load_vec<DType::kBF16>(in, j), stream);
+  for (; j < job.head_dim; ++j) detail::store_from_f32(out, DType::kBF16, j, detail::bf16_to_f32(in[j]));
+}
+#endif
+
 // One head vector of head_dim elements: the rotary part turned, the rest
 // copied when out of place (in place it is already there); the vector
 // stores through non-temporal stores with `stream`.
 template <DType IT, DType OT>
 inline void rotate_vector(const detail::RopeJob& job, const void* in, void* out, bool in_place, bool stream,
-                          const float* c_row, const float* s_row) {
+                          const float* c_row, const float* s_row, bool split) {
   constexpr int W = Vec::W;
   const std::int64_t rd = job.rotary_dim, half = rd / 2;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  if constexpr (IT == DType::kBF16 && OT == DType::kBF16) {
+    if (split) return rotate_vector_split(job, static_cast<const std::uint16_t*>(in), out, in_place, stream, c_row, s_row);
+  }
+#else
+  (void)split;
+#endif
   auto scalar = [&](std::int64_t j, std::int64_t partner) {
     return detail::load_as_f32(in, IT, j) * c_row[j] + detail::load_as_f32(in, IT, partner) * s_row[j];
   };
@@ -223,7 +290,7 @@ inline void rotate_vector(const detail::RopeJob& job, const void* in, void* out,
 // (BSH, BSND, TND), head by head when a head's tokens do (BNSD).
 template <DType IT, DType OT>
 inline void rotate_heads(const detail::RopeJob& job, const detail::RopeOperand& op, std::int64_t t0, std::int64_t t1,
-                         std::int64_t h0, std::int64_t h1, const float* c_rows, const float* s_rows) {
+                         std::int64_t h0, std::int64_t h1, const float* c_rows, const float* s_rows, bool split) {
   const std::int64_t is = IT == DType::kF32 ? 4 : 2, os = OT == DType::kF32 ? 4 : 2;
   const bool in_place = op.out == op.in;
   const char* in = static_cast<const char*>(op.in);
@@ -238,7 +305,7 @@ inline void rotate_heads(const detail::RopeJob& job, const detail::RopeOperand& 
     const std::int64_t k = (t - t0) * rd;
     char* row = out + (out_token + h * op.out_strides[1]) * os;
     rotate_vector<IT, OT>(job, in + (in_token + h * op.in_strides[1]) * is, row, in_place,
-                          stream_rows && reinterpret_cast<std::uintptr_t>(row) % 64 == 0, c_rows + k, s_rows + k);
+                          stream_rows && reinterpret_cast<std::uintptr_t>(row) % 64 == 0, c_rows + k, s_rows + k, split);
   };
   // Each token's offsets (batch and sequence index) once, not per head.
   std::int64_t in_token[detail::kRopeMaxChunk], out_token[detail::kRopeMaxChunk];
@@ -280,11 +347,11 @@ inline void rotate_heads(const detail::RopeJob& job, const detail::RopeOperand& 
 
 template <DType IT>
 inline void rotate_heads_in(const detail::RopeJob& job, const detail::RopeOperand& op, std::int64_t t0, std::int64_t t1,
-                            std::int64_t h0, std::int64_t h1, const float* c_rows, const float* s_rows) {
+                            std::int64_t h0, std::int64_t h1, const float* c_rows, const float* s_rows, bool split) {
   switch (op.out_dtype) {
-    case DType::kF16: return rotate_heads<IT, DType::kF16>(job, op, t0, t1, h0, h1, c_rows, s_rows);
-    case DType::kBF16: return rotate_heads<IT, DType::kBF16>(job, op, t0, t1, h0, h1, c_rows, s_rows);
-    default: return rotate_heads<IT, DType::kF32>(job, op, t0, t1, h0, h1, c_rows, s_rows);
+    case DType::kF16: return rotate_heads<IT, DType::kF16>(job, op, t0, t1, h0, h1, c_rows, s_rows, split);
+    case DType::kBF16: return rotate_heads<IT, DType::kBF16>(job, op, t0, t1, h0, h1, c_rows, s_rows, split);
+    default: return rotate_heads<IT, DType::kF32>(job, op, t0, t1, h0, h1, c_rows, s_rows, split);
   }
 }
 
@@ -295,15 +362,28 @@ inline void rope_run(const detail::RopeJob& job, std::int64_t t0, std::int64_t t
   for (std::int64_t t = t0; t < t1; ++t) {
     expand_token(job, t, c_rows + (t - t0) * job.rotary_dim, s_rows + (t - t0) * job.rotary_dim);
   }
+  // The split order where every operand is bf16 in and out (the rows are
+  // shared by the operands).
+  bool split = false;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+  split = split_rope_rows(job);
+  for (int k = 0; k < job.num_operands; ++k) {
+    split = split && job.operands[k].in_dtype == DType::kBF16 && job.operands[k].out_dtype == DType::kBF16;
+  }
+  if (split) {
+    split_rows(c_rows, (t1 - t0) * job.rotary_dim);
+    split_rows(s_rows, (t1 - t0) * job.rotary_dim);
+  }
+#endif
   std::int64_t first = 0;  // the operand's first head in the global count
   for (int k = 0; k < job.num_operands; ++k) {
     const detail::RopeOperand& op = job.operands[k];
     const std::int64_t a = h0 > first ? h0 - first : 0, b = h1 - first < op.heads ? h1 - first : op.heads;
     if (a < b) {
       switch (op.in_dtype) {
-        case DType::kF16: rotate_heads_in<DType::kF16>(job, op, t0, t1, a, b, c_rows, s_rows); break;
-        case DType::kBF16: rotate_heads_in<DType::kBF16>(job, op, t0, t1, a, b, c_rows, s_rows); break;
-        default: rotate_heads_in<DType::kF32>(job, op, t0, t1, a, b, c_rows, s_rows); break;
+        case DType::kF16: rotate_heads_in<DType::kF16>(job, op, t0, t1, a, b, c_rows, s_rows, split); break;
+        case DType::kBF16: rotate_heads_in<DType::kBF16>(job, op, t0, t1, a, b, c_rows, s_rows, split); break;
+        default: rotate_heads_in<DType::kF32>(job, op, t0, t1, a, b, c_rows, s_rows, split); break;
       }
     }
     first += op.heads;
