@@ -174,8 +174,8 @@ inline RowSums widen_and_sum_split(const detail::NormJob& job, std::int64_t r, f
       const typename Vec::T q = Vec::load_pairs(res + i);
       *even = _mm256_and_ps(_mm256_castsi256_ps(bf16_rounded_high(Vec::add(*even, Vec::bf16_even(q)))), high);
       *odd = _mm256_and_ps(_mm256_castsi256_ps(bf16_rounded_high(Vec::add(*odd, Vec::bf16_odd(q)))), high);
-      if (sum) store_bf16_split<true>(sum, i, *even, *odd, kCopy == RowCopy::kStreamedSum);  // exact: no rounding left
-      if constexpr (kCopy == RowCopy::kStreamedSum) store_bf16_split<true>(row, i, *even, *odd, false);
+      if (sum) store_bf16_split_exact(sum, i, *even, *odd, kCopy == RowCopy::kStreamedSum);
+      if constexpr (kCopy == RowCopy::kStreamedSum) store_bf16_split_exact(row, i, *even, *odd, false);
     }
   };
   std::int64_t i = 0;
@@ -491,10 +491,25 @@ inline void add_rows_of(const detail::NormJob& job, std::int64_t r0, std::int64_
     void* sum = static_cast<char*>(job.sum) + r * job.sum_stride * xs;
     // Whole vectors from a 64-byte-aligned row start stay aligned.
     const bool stream = job.stream && reinterpret_cast<std::uintptr_t>(sum) % 64 == 0;
-    for (std::int64_t i = 0; i < nv; i += W) {
+    std::int64_t i = 0;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    // bf16 on AVX2: the even and odd values of 2W elements a step (as the
+    // fused call's split rows, whose sums these bits equal).
+    if constexpr (Vec::kSplitBf16 && XT == DType::kBF16) {
+      if (job.residual_dtype == DType::kBF16) {
+        const auto* xp = static_cast<const std::uint16_t*>(x);
+        const auto* rp = static_cast<const std::uint16_t*>(res);
+        for (; i + 2 * W <= n; i += 2 * W) {
+          const typename Vec::T a = Vec::load_pairs(xp + i), b = Vec::load_pairs(rp + i);
+          store_bf16_split(sum, i, Vec::add(Vec::bf16_even(a), Vec::bf16_even(b)), Vec::add(Vec::bf16_odd(a), Vec::bf16_odd(b)), stream);
+        }
+      }
+    }
+#endif
+    for (; i + W <= nv; i += W) {
       store_vec<XT>(sum, i, Vec::add(load_vec<XT>(x, i), load_vec(res, job.residual_dtype, i)), stream);
     }
-    for (std::int64_t i = nv; i < n; ++i) {
+    for (; i < n; ++i) {
       detail::store_from_f32(sum, XT, i, detail::load_as_f32(x, XT, i) + detail::load_as_f32(res, job.residual_dtype, i));
     }
   }

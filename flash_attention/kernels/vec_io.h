@@ -77,6 +77,13 @@ inline void store_bf16_split(void* p, std::int64_t i, __m256 even, __m256 odd, b
   auto* out = reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(p) + i);
   if (stream) _mm256_stream_si256(out, pairs); else _mm256_storeu_si256(out, pairs);
 }
+// The same for values that are bf16 already (their low halves zero):
+// nothing to round.
+inline void store_bf16_split_exact(void* p, std::int64_t i, __m256 even, __m256 odd, bool stream) {
+  const __m256i pairs = _mm256_or_si256(_mm256_srli_epi32(_mm256_castps_si256(even), 16), _mm256_castps_si256(odd));
+  auto* out = reinterpret_cast<__m256i*>(static_cast<std::uint16_t*>(p) + i);
+  if (stream) _mm256_stream_si256(out, pairs); else _mm256_storeu_si256(out, pairs);
+}
 #endif
 
 // Stores one vector at element i of y's dtype; `stream` writes around the
