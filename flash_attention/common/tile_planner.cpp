@@ -341,7 +341,9 @@ Status plan(Version version, const AttentionParams& p, DType dtype, DType kv_dty
   // with no group to pack takes the FMA row path up to 8 rows on 16 lanes
   // (kRowPathHalfRows: 0.4-0.6x the time of the half-empty 16-row tile on
   // Zen 4; on the amx path 0.42-0.63x that of the tile of two bf16 pieces),
-  // over its own K/V or an int8 or FP8 cache.
+  // over its own K/V or an int8 or FP8 cache.  On avx2 bf16 and fp16 heads
+  // with no group take the FMA row path up to 12 and 8 rows over their own
+  // K/V (kRowPathAvx2Bf16Rows: 0.55-0.9x the 16-row tile's time on Zen 3).
   const bool row_dot = detail::row_path_has_pair_products(isa, dtype, kv_dtype, p.head_dim);
   const int row_rows = detail::row_path_max_rows(isa, dtype, kv_dtype, p.head_dim, group);
   // Where the tile unit reads K/V rows in place, a group of 2 to 7 rows

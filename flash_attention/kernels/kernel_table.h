@@ -36,7 +36,9 @@ namespace fa::detail {
 // 0.34-0.56x the FMA tile loop's time on amx, 0.42-0.50x on avx512 and
 // avx512bf16's int8);
 // packed GQA groups of 8 rows, bf16 without pair products and fp32 gained
-// nothing or lost there, and keep 4.
+// nothing or lost there, and keep 4.  On avx2 (8 lanes, no pair engine)
+// 16-bit heads with no group take it up to 12 (bf16) or 8 (fp16) rows
+// (kRowPathAvx2Bf16Rows, below).
 inline constexpr int kRowPathMaxRows = 4;
 inline constexpr int kRowPathPairRows = 24;
 // GQA groups of up to this many rows (the group's heads times the queries)
@@ -46,6 +48,16 @@ inline constexpr int kRowPathPairRows = 24;
 // and 32768 keys, BNSD, Zen 4, docs/PERF.md).
 inline constexpr int kRowPathPairGroupRows = 24;
 inline constexpr int kRowPathHalfRows = 8;
+// On avx2 (no pair engine, 8 lanes) a head with no group, 16-bit Q over its
+// own K/V, takes the FMA row path up to kRowPathAvx2Bf16Rows bf16 rows (6
+// rows 0.55-0.67x the half-empty 16-row tile's time, 8 rows 0.7-0.8x, 12
+// rows 0.83-0.9x, 16 rows 1.05-1.25x) and kRowPathHalfRows fp16 ones (6 rows
+// 0.62-0.8x, 8 rows 0.75-1.05x, 12 rows 1.0-1.1x): 8/8 heads, 16384 keys, D
+// 64 and 128, Zen 3, docs/PERF.md.  fp32 (1.2x the tile's time at 8 rows)
+// and quantized caches (FP8: 1.5x) keep kRowPathMaxRows, as do GQA groups,
+// whose rows the row path reads K/V for together up to 4 queries a head
+// (level with the packed tile at 8).
+inline constexpr int kRowPathAvx2Bf16Rows = 12;
 // (static: this header is compiled with every path's flags, see DESIGN.)
 static constexpr bool row_path_has_pair_products(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim) {
   if (isa != Isa::kAvx512Bf16) return false;
@@ -87,6 +99,9 @@ static constexpr bool fp16_tile_reads_rows(Isa isa, DType dtype, DType kv_dtype,
 }
 static constexpr int row_path_max_rows(Isa isa, DType dtype, DType kv_dtype, std::int64_t head_dim, std::int64_t group) {
   if (row_path_has_pair_products(isa, dtype, kv_dtype, head_dim)) return dtype == DType::kBF16 ? kRowPathPairRows : kRowPathHalfRows;
+  if (isa == Isa::kAvx2 && (dtype == DType::kBF16 || dtype == DType::kF16) && kv_dtype == dtype && group == 1) {
+    return dtype == DType::kBF16 ? kRowPathAvx2Bf16Rows : kRowPathHalfRows;
+  }
   const bool lanes16 = isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16 || isa == Isa::kAmx;
   if (lanes16 && dtype == DType::kF16 && (kv_dtype == DType::kF16 || kv_dtype == DType::kI8 || is_fp8(kv_dtype)) && group == 1) return kRowPathHalfRows;
   return kRowPathMaxRows;

@@ -1037,11 +1037,11 @@ TEST_P(EdgeCases, PackedGqaTileEqualsRepeatedKvHeads) {
   }
   for (Layout layout : {Layout::kBSH, Layout::kBNSD}) {
     const std::int64_t D = layout == Layout::kBSH ? 40 : 64;
-    // Two query counts a layout, 11 to 32, partial vectors and whole ones
-    // (past TilePlan::row_rows: 8 for fp16 with no group, 24 for bf16 on
-    // the avx512bf16 path at head_dim 64, so the repeated call runs a tile
-    // per head too).
-    for (std::int64_t seq_q : layout == Layout::kBSH ? std::array{11, 32} : std::array{25, 27}) {
+    // Two query counts a layout, 19 to 32, partial vectors and whole ones
+    // (past TilePlan::row_rows: 8 for fp16 with no group, 12 for bf16 on
+    // avx2, 24 for bf16 on the avx512bf16 path at head_dim 64, so the
+    // repeated call runs a tile per head too).
+    for (std::int64_t seq_q : layout == Layout::kBSH ? std::array{13, 32} : std::array{25, 27}) {
       for (int variant = 0; variant < 2; ++variant) {
         fa::AttentionParams p;
         p.batch = 2;
@@ -1230,10 +1230,14 @@ TEST_P(EdgeCases, ShortQueriesAtWholeVectorsOfPairs) {
       EXPECT_FALSE(plan.pack_tile) << where << ": bf16 short queries take the row path's pair products here";
       EXPECT_EQ(plan.row_rows, 24) << where;
     } else {
-      // fp16 with no group to pack, 16 lanes: up to 8 rows (kRowPathHalfRows).
+      // fp16 with no group to pack, 16 lanes or avx2: up to 8 rows
+      // (kRowPathHalfRows); bf16 with no group on avx2: up to 12
+      // (kRowPathAvx2Bf16Rows).
       const bool lanes16 = isa() == fa::Isa::kAvx512 || isa() == fa::Isa::kAvx512Bf16 || isa() == fa::Isa::kAmx;
-      const bool half_rows = lanes16 && dtype() == DType::kF16 && s.heads == s.kv_heads;
-      EXPECT_EQ(plan.row_rows, half_rows ? 8 : 4) << where;
+      const bool no_group = s.heads == s.kv_heads;
+      const bool half_rows = (lanes16 || isa() == fa::Isa::kAvx2) && dtype() == DType::kF16 && no_group;
+      const bool avx2_bf16_rows = isa() == fa::Isa::kAvx2 && dtype() == DType::kBF16 && no_group;
+      EXPECT_EQ(plan.row_rows, avx2_bf16_rows ? 12 : half_rows ? 8 : 4) << where;
     }
     const fa::cli::CaseResult r = fa::cli::run_case(c, fa::cli::kForward);
     ASSERT_TRUE(r.status.ok()) << r.status.message();

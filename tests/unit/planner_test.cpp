@@ -248,6 +248,32 @@ TEST(Planner, DecodingTilesHoldTheKvHeadsInFlight) {
   }
 }
 
+// On avx2 a head with no group takes the FMA row path up to 12 rows in bf16
+// and 8 in fp16 over its own K/V (kRowPathAvx2Bf16Rows, kRowPathHalfRows),
+// and 4 in fp32, over a quantized cache, or with a GQA group.
+TEST(Planner, Avx2SixteenBitHeadsTakeTheRowPathFurther) {
+  if (!fa::isa_available(fa::Isa::kAvx2)) GTEST_SKIP() << "avx2 path not available";
+  fa::AttentionParams p;
+  p.seq_q = 12;
+  p.seq_kv = 8192;
+  p.num_heads = 8;
+  p.num_kv_heads = 8;
+  p.head_dim = 128;
+  p.isa = fa::Isa::kAvx2;
+  for (const fa::DType q : {fa::DType::kBF16, fa::DType::kF16, fa::DType::kF32}) {
+    fa::TilePlan plan;
+    const fa::Status s = fa::plan(fa::Version::kFA2, p, q, &plan);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(plan.row_rows, q == fa::DType::kBF16 ? 12 : q == fa::DType::kF16 ? 8 : 4) << fa::dtype_name(q);
+  }
+  fa::TilePlan fp8_plan, group_plan;
+  ASSERT_TRUE(fa::plan(fa::Version::kFA2, p, fa::DType::kF16, fa::DType::kFP8E4M3, &fp8_plan).ok());
+  EXPECT_EQ(fp8_plan.row_rows, 4);
+  p.num_heads = 32;
+  ASSERT_TRUE(fa::plan(fa::Version::kFA2, p, fa::DType::kBF16, &group_plan).ok());
+  EXPECT_EQ(group_plan.row_rows, 4);
+}
+
 // Short queries over an FP8 cache on the avx512bf16 path: up to 24 rows a
 // head with bf16 Q, 8 with fp16 Q, take the row path, whose products are
 // VDPBF16PS pair dot products there (the tile loops' are FMA on tiles
