@@ -61,29 +61,59 @@ inline void angle_cos_sin(double a, float* cos_out, float* sin_out) {
   *cos_out = static_cast<float>(((quadrant + 1u) & 2u) ? -cv : cv);
 }
 
+#if defined(__AVX2__) || defined(__AVX512F__)
+// The reduction and both series of angle_cos_sin on a vector of angles a,
+// DV the path's vector of doubles: sin and cos of the remainder y, and a
+// plus the rounding constant, whose low bits hold q mod 4.
+template <class DV>
+inline void reduced_sin_cos(typename DV::T a, typename DV::T* sin_y, typename DV::T* cos_y, typename DV::T* shifted) {
+  using namespace rope_angles;
+  const typename DV::T round = DV::set1(kRound);
+  *shifted = DV::fmadd(a, DV::set1(kTwoOverPi), round);
+  const typename DV::T q = DV::sub(*shifted, round);
+  const typename DV::T y = DV::fnmadd(q, DV::set1(kPio2Lo), DV::fnmadd(q, DV::set1(kPio2Hi), a));
+  const typename DV::T y2 = DV::mul(y, y);
+  typename DV::T s = DV::set1(kSin[0]), c = DV::set1(kCos[0]);
+  for (int k = 1; k < 6; ++k) s = DV::fmadd(s, y2, DV::set1(kSin[k]));
+  for (int k = 1; k < 7; ++k) c = DV::fmadd(c, y2, DV::set1(kCos[k]));
+  *sin_y = DV::mul(s, y);
+  *cos_y = c;
+}
+#endif
+#if defined(__AVX512F__)
+struct Pd512 {
+  using T = __m512d;
+  static T set1(double x) { return _mm512_set1_pd(x); }
+  static T mul(T a, T b) { return _mm512_mul_pd(a, b); }
+  static T sub(T a, T b) { return _mm512_sub_pd(a, b); }
+  static T fmadd(T a, T b, T c) { return _mm512_fmadd_pd(a, b, c); }
+  static T fnmadd(T a, T b, T c) { return _mm512_fnmadd_pd(a, b, c); }
+};
+#elif defined(__AVX2__)
+struct Pd256 {
+  using T = __m256d;
+  static T set1(double x) { return _mm256_set1_pd(x); }
+  static T mul(T a, T b) { return _mm256_mul_pd(a, b); }
+  static T sub(T a, T b) { return _mm256_sub_pd(a, b); }
+  static T fmadd(T a, T b, T c) { return _mm256_fmadd_pd(a, b, c); }
+  static T fnmadd(T a, T b, T c) { return _mm256_fnmadd_pd(a, b, c); }
+};
+#endif
+
 inline void angles_cos_sin(double position, const double* inv_freq, std::int64_t n, float* cos_out, float* sin_out) {
   std::int64_t i = 0;
 #if defined(__AVX512F__)
-  using namespace rope_angles;
-  const __m512d pos = _mm512_set1_pd(position), round = _mm512_set1_pd(kRound);
-  const __m512i one = _mm512_set1_epi64(1), two = _mm512_set1_epi64(2);
+  const __m512d pos = _mm512_set1_pd(position);
+  const __m512i one = _mm512_set1_epi64(1), two = _mm512_set1_epi64(2), sign = _mm512_set1_epi64(INT64_MIN);
   for (; i + 8 <= n; i += 8) {
-    const __m512d a = _mm512_mul_pd(pos, _mm512_loadu_pd(inv_freq + i));
-    const __m512d shifted = _mm512_fmadd_pd(a, _mm512_set1_pd(kTwoOverPi), round);
-    const __m512d q = _mm512_sub_pd(shifted, round);
+    __m512d s, c, shifted;
+    reduced_sin_cos<Pd512>(_mm512_mul_pd(pos, _mm512_loadu_pd(inv_freq + i)), &s, &c, &shifted);
     const __m512i quadrant = _mm512_castpd_si512(shifted);  // q mod 4 in its low bits
-    const __m512d y = _mm512_fnmadd_pd(q, _mm512_set1_pd(kPio2Lo), _mm512_fnmadd_pd(q, _mm512_set1_pd(kPio2Hi), a));
-    const __m512d y2 = _mm512_mul_pd(y, y);
-    __m512d s = _mm512_set1_pd(kSin[0]), c = _mm512_set1_pd(kCos[0]);
-    for (int k = 1; k < 6; ++k) s = _mm512_fmadd_pd(s, y2, _mm512_set1_pd(kSin[k]));
-    for (int k = 1; k < 7; ++k) c = _mm512_fmadd_pd(c, y2, _mm512_set1_pd(kCos[k]));
-    s = _mm512_mul_pd(s, y);
     const __mmask8 odd = _mm512_test_epi64_mask(quadrant, one);
     const __mmask8 sin_neg = _mm512_test_epi64_mask(quadrant, two);
     const __mmask8 cos_neg = _mm512_test_epi64_mask(_mm512_add_epi64(quadrant, one), two);
     const __m512i sv = _mm512_castpd_si512(_mm512_mask_blend_pd(odd, s, c));
     const __m512i cv = _mm512_castpd_si512(_mm512_mask_blend_pd(odd, c, s));
-    const __m512i sign = _mm512_set1_epi64(INT64_MIN);
     _mm256_storeu_ps(sin_out + i, _mm512_cvtpd_ps(_mm512_castsi512_pd(_mm512_mask_xor_epi64(sv, sin_neg, sv, sign))));
     _mm256_storeu_ps(cos_out + i, _mm512_cvtpd_ps(_mm512_castsi512_pd(_mm512_mask_xor_epi64(cv, cos_neg, cv, sign))));
   }
@@ -91,20 +121,12 @@ inline void angles_cos_sin(double position, const double* inv_freq, std::int64_t
   // Four angles a vector.  AVX2 has no mask registers: the quadrant's bits
   // are shifted into the sign bit, which BLENDVPD reads as its selector and
   // an AND with the sign bit turns into the sign to flip.
-  using namespace rope_angles;
-  const __m256d pos = _mm256_set1_pd(position), round = _mm256_set1_pd(kRound);
+  const __m256d pos = _mm256_set1_pd(position);
   const __m256i one = _mm256_set1_epi64x(1), sign = _mm256_set1_epi64x(INT64_MIN);
   for (; i + 4 <= n; i += 4) {
-    const __m256d a = _mm256_mul_pd(pos, _mm256_loadu_pd(inv_freq + i));
-    const __m256d shifted = _mm256_fmadd_pd(a, _mm256_set1_pd(kTwoOverPi), round);
-    const __m256d q = _mm256_sub_pd(shifted, round);
+    __m256d s, c, shifted;
+    reduced_sin_cos<Pd256>(_mm256_mul_pd(pos, _mm256_loadu_pd(inv_freq + i)), &s, &c, &shifted);
     const __m256i quadrant = _mm256_castpd_si256(shifted);  // q mod 4 in its low bits
-    const __m256d y = _mm256_fnmadd_pd(q, _mm256_set1_pd(kPio2Lo), _mm256_fnmadd_pd(q, _mm256_set1_pd(kPio2Hi), a));
-    const __m256d y2 = _mm256_mul_pd(y, y);
-    __m256d s = _mm256_set1_pd(kSin[0]), c = _mm256_set1_pd(kCos[0]);
-    for (int k = 1; k < 6; ++k) s = _mm256_fmadd_pd(s, y2, _mm256_set1_pd(kSin[k]));
-    for (int k = 1; k < 7; ++k) c = _mm256_fmadd_pd(c, y2, _mm256_set1_pd(kCos[k]));
-    s = _mm256_mul_pd(s, y);
     const __m256d odd = _mm256_castsi256_pd(_mm256_slli_epi64(quadrant, 63));
     const __m256d sin_neg = _mm256_castsi256_pd(_mm256_and_si256(_mm256_slli_epi64(quadrant, 62), sign));
     const __m256d cos_neg = _mm256_castsi256_pd(_mm256_and_si256(_mm256_slli_epi64(_mm256_add_epi64(quadrant, one), 62), sign));
