@@ -248,18 +248,24 @@ TEST(Planner, DecodingTilesHoldTheKvHeadsInFlight) {
   }
 }
 
+// A short-query call on `isa` over 8192 keys (seq_q set by the caller).
+fa::AttentionParams short_query_params(fa::Isa isa, int heads, int kv_heads, int head_dim) {
+  fa::AttentionParams p;
+  p.seq_kv = 8192;
+  p.num_heads = heads;
+  p.num_kv_heads = kv_heads;
+  p.head_dim = head_dim;
+  p.isa = isa;
+  return p;
+}
+
 // On avx2 a head with no group takes the FMA row path up to 12 rows in bf16
 // and 8 in fp16 over its own K/V (kRowPathAvx2Bf16Rows, kRowPathHalfRows),
 // and 4 in fp32, over a quantized cache, or with a GQA group.
 TEST(Planner, Avx2SixteenBitHeadsTakeTheRowPathFurther) {
   if (!fa::isa_available(fa::Isa::kAvx2)) GTEST_SKIP() << "avx2 path not available";
-  fa::AttentionParams p;
+  fa::AttentionParams p = short_query_params(fa::Isa::kAvx2, 8, 8, 128);
   p.seq_q = 12;
-  p.seq_kv = 8192;
-  p.num_heads = 8;
-  p.num_kv_heads = 8;
-  p.head_dim = 128;
-  p.isa = fa::Isa::kAvx2;
   for (const fa::DType q : {fa::DType::kBF16, fa::DType::kF16, fa::DType::kF32}) {
     fa::TilePlan plan;
     const fa::Status s = fa::plan(fa::Version::kFA2, p, q, &plan);
@@ -281,12 +287,7 @@ TEST(Planner, Avx2SixteenBitHeadsTakeTheRowPathFurther) {
 // group take the packed tile.  An int8 cache keeps the row path to 4 rows.
 TEST(Planner, Fp8CacheShortQueriesTakeThePairRowPath) {
   if (!fa::isa_available(fa::Isa::kAvx512Bf16)) GTEST_SKIP() << "avx512bf16 path not available";
-  fa::AttentionParams p;
-  p.seq_kv = 8192;
-  p.num_heads = 32;
-  p.num_kv_heads = 8;
-  p.head_dim = 96;
-  p.isa = fa::Isa::kAvx512Bf16;
+  fa::AttentionParams p = short_query_params(fa::Isa::kAvx512Bf16, 32, 8, 96);
   for (const fa::DType q : {fa::DType::kBF16, fa::DType::kF16}) {
     const int row_rows = q == fa::DType::kBF16 ? 24 : 8;
     for (const int rows : {5, 8, 9, 24, 25}) {
